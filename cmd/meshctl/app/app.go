@@ -1,15 +1,115 @@
-// Package app is meshctl's command tree; it alone chooses exit codes.
+// Package app is meshctl's command tree. It alone binds flags, environment
+// variables and the config file (viper), chooses exit codes and prints
+// errors; every command is a thin layer over a pkg/* library.
 package app
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
-	"github.com/meshctl/meshctl/pkg/version"
+	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
+
+	"github.com/meshctl/meshctl/internal/cli"
+	"github.com/meshctl/meshctl/pkg/cluster"
 )
 
-// Main runs meshctl and returns the process exit code.
+// Streams are the command's standard streams; tests replace them.
+type Streams struct {
+	Out, Err io.Writer
+}
+
+// Main runs meshctl with os.Args and returns the process exit code: 0 on
+// success, 1 on failure, 130 when interrupted.
 func Main() int {
-	fmt.Fprintln(os.Stdout, version.String())
-	return 0
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Run(ctx, os.Args[1:], Streams{Out: os.Stdout, Err: os.Stderr}, nil)
+}
+
+// Run runs meshctl with args. newProvider, when not nil, replaces the
+// cluster provider (tests inject fakes of kind and Docker through it).
+func Run(ctx context.Context, args []string, s Streams, newProvider func(...cluster.ProviderOption) *cluster.Provider) int {
+	if newProvider == nil {
+		newProvider = cluster.NewProvider
+	}
+	g := &globals{streams: s, newProvider: newProvider}
+	root := newRootCommand(g)
+	root.SetArgs(args)
+	root.SetOut(s.Out)
+	root.SetErr(s.Err)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(s.Err, "ERROR: %v\n", err)
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		return 130
+	}
+	return 1
+}
+
+// globals are the settings every command shares.
+type globals struct {
+	streams     Streams
+	newProvider func(...cluster.ProviderOption) *cluster.Provider
+	settings    *settings
+	logger      *cli.Logger
+}
+
+func (g *globals) provider() *cluster.Provider {
+	return g.newProvider(
+		cluster.ProviderWithLogger(g.logger),
+		cluster.ProviderWithArtifacts(g.settings.GetString("artifacts")),
+	)
+}
+
+func newRootCommand(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "meshctl",
+		Short: "Multi-cluster mesh test environments on kind",
+		Long: `meshctl creates multi-cluster test environments on kind: clusters in
+parallel, connected, with a shared root CA and meshctl's own CNI and HBONE
+dataplane, wire-compatible with Istio ambient.
+
+Every flag can also be set in a config file (--config, YAML, keys are the flag
+names) or as an environment variable MESHCTL_<FLAG> (MESHCTL_IP_FAMILY=dual).
+Flags win over environment variables, which win over the config file.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := loadSettings(cmd)
+			if err != nil {
+				return err
+			}
+			g.settings = s
+			out, isFile := g.streams.Err.(*os.File)
+			g.logger = cli.NewLogger(g.streams.Err,
+				cli.WithVerbosity(s.GetInt("verbosity")),
+				cli.WithQuiet(s.GetBool("quiet")),
+				cli.WithColor(isFile && isatty.IsTerminal(out.Fd())),
+			)
+			return nil
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.String("config", "", "meshctl config file (YAML; keys are flag names)")
+	pf.String("env", cluster.DefaultEnv, "environment name: environments with different names live side by side")
+	pf.String("artifacts", cluster.DefaultArtifacts, "directory for kubeconfigs, logs and other artifacts")
+	pf.IntP("verbosity", "v", 0, "log verbosity: 1 shows each cluster's progress, 2 and more shows details")
+	pf.BoolP("quiet", "q", false, "print only errors and the result")
+	root.AddCommand(
+		newUpCommand(g),
+		newDownCommand(g),
+		newListCommand(g),
+		newStatusCommand(g),
+		newKubeconfigCommand(g),
+		newVersionCommand(g),
+	)
+	return root
 }

@@ -1,0 +1,48 @@
+package app
+
+import (
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+)
+
+func newListCommand(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List kind clusters and the environments they belong to",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			format, err := g.outputFormat()
+			if err != nil {
+				return err
+			}
+			all, err := g.provider().List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if all == nil {
+				all = []cluster.Existing{}
+			}
+			return print(g.streams.Out, format, all, func(w io.Writer) error {
+				t := newTable(w, "ENV", "CLUSTER", "KIND CLUSTER", "NETWORK", "ROLES")
+				for _, e := range all {
+					switch {
+					case e.Record != nil:
+						c := e.Record.Cluster
+						t.row(e.Record.Env, c.Name, c.KindName, c.Network, strings.Join(c.Roles, ","))
+					case e.Error != "":
+						t.row("?", "-", e.KindName, "-", "error: "+e.Error)
+					default:
+						t.row("-", "-", e.KindName, "-", "(not created by meshctl)")
+					}
+				}
+				return t.flush()
+			})
+		},
+	}
+	addOutputFlag(cmd)
+	return cmd
+}

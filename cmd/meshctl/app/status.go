@@ -1,0 +1,68 @@
+package app
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+)
+
+func newStatusCommand(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the clusters, nodes, networks and subnets of an environment",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			format, err := g.outputFormat()
+			if err != nil {
+				return err
+			}
+			res, err := g.provider().Status(cmd.Context(), g.settings.GetString("env"), g.settings.GetString("registry-name"))
+			if err != nil {
+				return err
+			}
+			return print(g.streams.Out, format, res, func(w io.Writer) error { return printStatus(w, res) })
+		},
+	}
+	cmd.Flags().String("registry-name", cluster.DefaultRegistryName, "name of the registry container")
+	addOutputFlag(cmd)
+	return cmd
+}
+
+func printStatus(w io.Writer, r *cluster.StatusResult) error {
+	if len(r.Clusters) == 0 {
+		fmt.Fprintf(w, "Environment %q has no clusters.\n", r.Env)
+		return nil
+	}
+	fmt.Fprintf(w, "Environment %q: %s\n", r.Env, readiness(r.Ready))
+	if r.Registry != nil {
+		fmt.Fprintf(w, "Registry %s: %s\n", r.Registry.Name, map[bool]string{true: "running", false: "stopped"}[r.Registry.Running])
+	}
+	for _, c := range r.Clusters {
+		fmt.Fprintf(w, "\n%s (kind cluster %s): %s\n", c.Name, c.KindName, readiness(c.Ready))
+		fmt.Fprintf(w, "  network %s, roles %s, pods %s, services %s\n", c.Network, strings.Join(c.Roles, ","),
+			strings.Join(c.PodSubnets, ","), strings.Join(c.ServiceSubnets, ","))
+		if c.Error != "" {
+			fmt.Fprintf(w, "  error: %s\n", c.Error)
+			continue
+		}
+		t := newTable(w, "  NODE", "ROLE", "READY", "IPS", "POD CIDRS")
+		for _, n := range c.Nodes {
+			t.row("  "+n.Name, n.Role, fmt.Sprint(n.Ready), strings.Join(n.IPs, ","), strings.Join(n.PodCIDRs, ","))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func readiness(ok bool) string {
+	if ok {
+		return "Ready"
+	}
+	return "NOT READY"
+}

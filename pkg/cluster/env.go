@@ -1,0 +1,234 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Existing is a kind cluster found on this machine.
+type Existing struct {
+	KindName string `json:"kindName"`
+	// Record is meshctl's record of it; nil for clusters meshctl did not
+	// create (or did not finish creating).
+	Record *Record `json:"record,omitempty"`
+	// Error is why the record could not be read (a stopped node, say).
+	Error string `json:"error,omitempty"`
+}
+
+// Env is the environment the cluster belongs to, or "" if none.
+func (e Existing) Env() string {
+	if e.Record == nil {
+		return ""
+	}
+	return e.Record.Env
+}
+
+// List returns every kind cluster on this machine with meshctl's record of
+// it, sorted by environment and name.
+func (p *Provider) List(ctx context.Context) ([]Existing, error) {
+	names, err := p.kind.List()
+	if err != nil {
+		return nil, fmt.Errorf("listing kind clusters: %w", err)
+	}
+	out := make([]Existing, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = Existing{KindName: n}
+			rec, err := p.readRecord(n)
+			switch {
+			case errors.Is(err, errNoRecord):
+			case err != nil:
+				out[i].Error = err.Error()
+			default:
+				out[i].Record = rec
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Env() != out[j].Env() {
+			return out[i].Env() < out[j].Env()
+		}
+		return out[i].KindName < out[j].KindName
+	})
+	return out, nil
+}
+
+// Environment returns the plans of the clusters of env, in mesh-name order.
+func (p *Provider) Environment(ctx context.Context, env string) ([]ClusterPlan, error) {
+	all, err := p.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []ClusterPlan
+	for _, e := range all {
+		if e.Env() == env {
+			out = append(out, e.Record.Cluster)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Find returns the cluster of env with the given mesh or kind name.
+func (p *Provider) Find(ctx context.Context, env, name string) (ClusterPlan, error) {
+	cs, err := p.Environment(ctx, env)
+	if err != nil {
+		return ClusterPlan{}, err
+	}
+	var names []string
+	for _, c := range cs {
+		if c.Name == name || c.KindName == name {
+			return c, nil
+		}
+		names = append(names, c.Name)
+	}
+	if len(names) == 0 {
+		return ClusterPlan{}, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
+	}
+	return ClusterPlan{}, fmt.Errorf("no cluster %q in environment %q (it has %s)", name, env, strings.Join(names, ", "))
+}
+
+// Kubeconfig returns a cluster's kubeconfig, read from the cluster itself.
+func (p *Provider) Kubeconfig(ctx context.Context, env, name string, internal bool) ([]byte, error) {
+	c, err := p.Find(ctx, env, name)
+	if err != nil {
+		return nil, err
+	}
+	return p.kubeconfig(c, internal)
+}
+
+// DownResult reports what `down` deleted.
+type DownResult struct {
+	Env      string   `json:"env"`
+	Deleted  []string `json:"deleted"`
+	Registry string   `json:"registry,omitempty"`
+	Network  string   `json:"network,omitempty"`
+}
+
+type downOptions struct {
+	registry string
+	extra    []string
+}
+
+// DownOption configures Down.
+type DownOption func(*downOptions)
+
+// DownWithRegistry also deletes the named registry container.
+func DownWithRegistry(name string) DownOption { return func(o *downOptions) { o.registry = name } }
+
+// DownWithClusters also deletes these kind clusters, meshctl's or not — for
+// clusters kept with --retain before meshctl could record them.
+func DownWithClusters(kindNames ...string) DownOption {
+	return func(o *downOptions) { o.extra = append(o.extra, kindNames...) }
+}
+
+// Down deletes every cluster of env, concurrently, with its kubeconfigs. It
+// is idempotent: deleting what is gone succeeds. When no kind cluster is left
+// on the machine, the kind docker network goes too.
+func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*DownResult, error) {
+	var o downOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	res := &DownResult{Env: env, Deleted: []string{}}
+	all, err := p.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var targets []ClusterPlan
+	extra := map[string]bool{}
+	for _, n := range o.extra {
+		extra[n] = true
+	}
+	for _, e := range all {
+		switch {
+		case e.Env() == env:
+			targets = append(targets, e.Record.Cluster)
+			delete(extra, e.KindName)
+		case extra[e.KindName]:
+			if e.Record != nil && e.Record.Env != env {
+				return nil, fmt.Errorf("kind cluster %s belongs to environment %q, not %q", e.KindName, e.Record.Env, env)
+			}
+			targets = append(targets, ClusterPlan{Name: e.KindName, KindName: e.KindName})
+			delete(extra, e.KindName)
+		}
+	}
+	if err := p.deleteClusters(env, targets); err != nil {
+		return nil, err
+	}
+	for _, c := range targets {
+		res.Deleted = append(res.Deleted, c.KindName)
+	}
+	if o.registry != "" {
+		if _, err := p.docker.Run(ctx, "inspect", "--format", "{{.Id}}", o.registry); err == nil {
+			if _, err := p.docker.Run(ctx, "rm", "--force", "--volumes", o.registry); err != nil {
+				return res, fmt.Errorf("deleting registry %s: %w", o.registry, err)
+			}
+			res.Registry = o.registry
+		}
+	}
+	left, err := p.kind.List()
+	if err != nil {
+		return res, fmt.Errorf("listing kind clusters: %w", err)
+	}
+	if len(left) == 0 {
+		deleted, err := p.removeIdleNetwork(ctx, KindNetwork())
+		if err != nil {
+			return res, err
+		}
+		if deleted {
+			res.Network = KindNetwork()
+		}
+	}
+	return res, nil
+}
+
+// deleteClusters deletes clusters concurrently and removes their kubeconfigs.
+func (p *Provider) deleteClusters(env string, cs []ClusterPlan) error {
+	return concurrently(cs, func(c ClusterPlan) error {
+		kc := p.KubeconfigPath(env, c.Name, false)
+		if err := p.kind.Delete(c.KindName, kc); err != nil {
+			return fmt.Errorf("deleting cluster %q (kind cluster %s): %w", c.Name, c.KindName, err)
+		}
+		for _, f := range []string{kc, kc + ".lock", p.KubeconfigPath(env, c.Name, true)} {
+			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("cluster %q: removing %s: %w", c.Name, f, err)
+			}
+		}
+		// The cluster's directory goes if nothing else (logs) is in it.
+		_ = os.Remove(p.clusterDir(env, c.Name))
+		p.logger.V(1).Infof("deleted cluster %q (kind cluster %s)", c.Name, c.KindName)
+		return nil
+	})
+}
+
+// removeIdleNetwork deletes a docker network that no container uses.
+func (p *Provider) removeIdleNetwork(ctx context.Context, name string) (bool, error) {
+	ps, err := p.networkSubnets(ctx, name)
+	if err != nil {
+		return false, err
+	}
+	if ps == nil {
+		return false, nil // gone already
+	}
+	out, err := p.docker.Run(ctx, "network", "inspect", name, "--format", "{{len .Containers}}")
+	if err != nil {
+		return false, fmt.Errorf("inspecting docker network %q: %w", name, err)
+	}
+	if strings.TrimSpace(string(out)) != "0" {
+		return false, nil // the registry, or someone else's container, still uses it
+	}
+	if _, err := p.docker.Run(ctx, "network", "rm", name); err != nil {
+		return false, fmt.Errorf("removing docker network %q: %w", name, err)
+	}
+	return true, nil
+}

@@ -1,0 +1,58 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+	kindcluster "sigs.k8s.io/kind/pkg/cluster"
+	"sigs.k8s.io/kind/pkg/log"
+)
+
+// kindProvider adapts kind's cluster.Provider, linked as a library.
+type kindProvider struct {
+	*kindcluster.Provider
+}
+
+func newKindProvider(logger log.Logger) kindProvider {
+	return kindProvider{kindcluster.NewProvider(
+		kindcluster.ProviderWithLogger(logger),
+		// Always Docker: meshctl's registry, network checks and e2e tier
+		// are Docker's; kind would otherwise guess from what is installed.
+		kindcluster.ProviderWithDocker(),
+	)}
+}
+
+func (k kindProvider) Create(name string, cfg *v1alpha4.Cluster, kubeconfigPath string, wait time.Duration) error {
+	return k.Provider.Create(name,
+		kindcluster.CreateWithV1Alpha4Config(cfg),
+		// Retained so that meshctl can collect logs of a failed cluster
+		// before it deletes it (unless the user asked to keep it).
+		kindcluster.CreateWithRetain(true),
+		kindcluster.CreateWithWaitForReady(wait),
+		kindcluster.CreateWithKubeconfigPath(kubeconfigPath),
+		kindcluster.CreateWithDisplayUsage(false),
+		kindcluster.CreateWithDisplaySalutation(false),
+	)
+}
+
+// execDocker runs the docker CLI.
+type execDocker struct{}
+
+func (execDocker) Run(ctx context.Context, args ...string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "docker", args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = strings.TrimSpace(stdout.String())
+		}
+		return stdout.Bytes(), fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, msg)
+	}
+	return stdout.Bytes(), nil
+}

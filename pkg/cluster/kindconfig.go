@@ -1,0 +1,67 @@
+package cluster
+
+import (
+	"fmt"
+	"strings"
+
+	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+	"sigs.k8s.io/yaml"
+)
+
+// Node labels meshctl puts on every node, so that tools inside the cluster
+// (and `kubectl get nodes -L`) can tell which environment and network a node
+// belongs to. topology.istio.io/network is the label Istio itself reads.
+const (
+	LabelEnv     = "meshctl.dev/env"
+	LabelCluster = "meshctl.dev/cluster"
+	LabelNetwork = "topology.istio.io/network"
+)
+
+// registryCertsDir is where containerd looks for per-registry hosts.toml
+// files once config_path points at it.
+const registryCertsDir = "/etc/containerd/certs.d"
+
+// containerdRegistryPatch turns on containerd's per-host registry config
+// (hosts.toml), the mechanism kind's local-registry guide uses. It is in
+// containerd's config v2 syntax, which kind's node images use.
+const containerdRegistryPatch = `[plugins."io.containerd.grpc.v1.cri".registry]
+  config_path = "` + registryCertsDir + `"
+`
+
+// KindConfig renders the kind v1alpha4 config that creates this cluster.
+func (p *Plan) KindConfig(c ClusterPlan) *v1alpha4.Cluster {
+	labels := map[string]string{
+		LabelEnv:     p.Env,
+		LabelCluster: c.Name,
+		LabelNetwork: c.Network,
+	}
+	cfg := &v1alpha4.Cluster{
+		TypeMeta: v1alpha4.TypeMeta{Kind: "Cluster", APIVersion: "kind.x-k8s.io/v1alpha4"},
+		Name:     c.KindName,
+		Networking: v1alpha4.Networking{
+			IPFamily:      v1alpha4.ClusterIPFamily(c.IPFamily),
+			PodSubnet:     strings.Join(c.PodSubnets, ","),
+			ServiceSubnet: strings.Join(c.ServiceSubnets, ","),
+		},
+	}
+	add := func(role v1alpha4.NodeRole, n int) {
+		for range n {
+			cfg.Nodes = append(cfg.Nodes, v1alpha4.Node{Role: role, Image: c.Image, Labels: labels})
+		}
+	}
+	add(v1alpha4.ControlPlaneRole, c.ControlPlanes)
+	add(v1alpha4.WorkerRole, c.Workers)
+	if p.Registry.Enabled {
+		cfg.ContainerdConfigPatches = []string{containerdRegistryPatch}
+	}
+	return cfg
+}
+
+// KindConfigYAML is KindConfig as kind reads it from a file.
+func (p *Plan) KindConfigYAML(c ClusterPlan) ([]byte, error) {
+	out, err := yaml.Marshal(p.KindConfig(c))
+	if err != nil {
+		return nil, fmt.Errorf("rendering kind config for %s: %w", c.Name, err)
+	}
+	return out, nil
+}

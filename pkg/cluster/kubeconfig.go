@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// kubeconfig returns a cluster's kubeconfig with its cluster, user and
+// context all named after the mesh cluster (kind says "kind-<name>"). The
+// internal one points at the control-plane container's IP on the kind
+// network, which works from the host and from other containers alike — how
+// Istio's scripts let one cluster's control plane reach another's.
+func (p *Provider) kubeconfig(c ClusterPlan, internal bool) ([]byte, error) {
+	raw, err := p.kind.KubeConfig(c.KindName, false)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: reading kubeconfig: %w", c.Name, err)
+	}
+	cfg, err := clientcmd.Load([]byte(raw))
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: parsing kind's kubeconfig: %w", c.Name, err)
+	}
+	ctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok {
+		return nil, fmt.Errorf("cluster %q: kind's kubeconfig has no current context", c.Name)
+	}
+	cl, user := cfg.Clusters[ctx.Cluster], cfg.AuthInfos[ctx.AuthInfo]
+	if cl == nil || user == nil {
+		return nil, fmt.Errorf("cluster %q: kind's kubeconfig context %q is incomplete", c.Name, cfg.CurrentContext)
+	}
+	if internal {
+		server, err := p.internalServer(c)
+		if err != nil {
+			return nil, err
+		}
+		cl.Server = server
+	}
+	out := clientcmdapi.NewConfig()
+	out.Clusters[c.Name] = cl
+	out.AuthInfos[c.Name] = user
+	out.Contexts[c.Name] = &clientcmdapi.Context{Cluster: c.Name, AuthInfo: c.Name}
+	out.CurrentContext = c.Name
+	data, err := clientcmd.Write(*out)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: writing kubeconfig: %w", c.Name, err)
+	}
+	return data, nil
+}
+
+// internalServer is the API server's address on the kind network.
+func (p *Provider) internalServer(c ClusterPlan) (string, error) {
+	ns, err := p.kind.ListNodes(c.KindName)
+	if err != nil {
+		return "", fmt.Errorf("cluster %q: listing nodes: %w", c.Name, err)
+	}
+	cp, err := controlPlane(ns)
+	if err != nil {
+		return "", fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	v4, v6, err := cp.IP()
+	if err != nil {
+		return "", fmt.Errorf("cluster %q: address of %s: %w", c.Name, cp, err)
+	}
+	ip := v4
+	if c.IPFamily == IPv6 || ip == "" {
+		ip = v6
+	}
+	if ip == "" {
+		return "", fmt.Errorf("cluster %q: %s has no address on the kind network", c.Name, cp)
+	}
+	return "https://" + net.JoinHostPort(ip, "6443"), nil
+}
+
+// exportKubeconfigs writes both kubeconfigs of a cluster, owner-only: they
+// hold the cluster-admin client key.
+func (p *Provider) exportKubeconfigs(plan *Plan, c ClusterPlan) error {
+	for _, internal := range []bool{false, true} {
+		data, err := p.kubeconfig(c, internal)
+		if err != nil {
+			return err
+		}
+		if err := writePrivate(p.KubeconfigPath(plan.Env, c.Name, internal), data); err != nil {
+			return fmt.Errorf("cluster %q: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+// writePrivate writes a file with mode 0600 (in a 0700 directory) through a
+// temporary file, so a reader never sees half a kubeconfig.
+func writePrivate(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path))
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+
+	"sigs.k8s.io/kind/pkg/cluster/nodes"
+)
+
+// ensureRegistry starts the local registry container, or reuses it. It is
+// bound to localhost only: nothing outside this machine should push to it.
+func (p *Provider) ensureRegistry(ctx context.Context, r Registry) (string, error) {
+	out, err := p.docker.Run(ctx, "inspect", "--format", "{{.State.Running}}", r.Name)
+	if err == nil {
+		if strings.TrimSpace(string(out)) == "true" {
+			return ActionReused, nil
+		}
+		if _, err := p.docker.Run(ctx, "start", r.Name); err != nil {
+			return "", fmt.Errorf("starting stopped registry %s: %w", r.Name, err)
+		}
+		return "started", nil
+	}
+	_, err = p.docker.Run(ctx, "run", "--detach", "--restart=always",
+		"--publish", fmt.Sprintf("127.0.0.1:%d:5000", r.Port),
+		"--network", "bridge", "--name", r.Name,
+		"--label", "meshctl.dev/registry=true", r.Image)
+	if err != nil {
+		return "", fmt.Errorf("starting registry %s from image %s: %w (without a reachable registry, build an image with `make e2e-env` and pass --registry-image, or use --registry=false)", r.Name, r.Image, err)
+	}
+	return ActionCreated, nil
+}
+
+// configureRegistry makes a cluster's nodes pull localhost:PORT/* from the
+// registry container over the kind network, and advertises it in the
+// local-registry-hosting ConfigMap (KEP-1755), as kind's guide does.
+func (p *Provider) configureRegistry(ctx context.Context, r Registry, c ClusterPlan) error {
+	// Connecting twice fails with "already exists"; that is the state we want.
+	if _, err := p.docker.Run(ctx, "network", "connect", KindNetwork(), r.Name); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return fmt.Errorf("connecting registry %s to network %s: %w", r.Name, KindNetwork(), err)
+	}
+	ns, err := p.kind.ListNodes(c.KindName)
+	if err != nil {
+		return fmt.Errorf("cluster %q: listing nodes: %w", c.Name, err)
+	}
+	dir := fmt.Sprintf("%s/localhost:%d", registryCertsDir, r.Port)
+	hosts := fmt.Sprintf("[host.\"http://%s:5000\"]\n", r.Name)
+	err = concurrently(ns, func(n nodes.Node) error {
+		cmd := n.Command("sh", "-c", fmt.Sprintf("mkdir -p '%s' && cat > '%s/hosts.toml'", dir, dir))
+		cmd.SetStdin(strings.NewReader(hosts))
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("cluster %q: node %s: writing registry hosts.toml: %w", c.Name, n, runErr(err))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	cp, err := controlPlane(ns)
+	if err != nil {
+		return fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	cmd := cp.Command("kubectl", "--kubeconfig=/etc/kubernetes/admin.conf", "apply", "-f", "-")
+	cmd.SetStdin(bytes.NewReader(registryConfigMap(r)))
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("cluster %q: applying local-registry-hosting ConfigMap: %w", c.Name, runErr(err))
+	}
+	return nil
+}
+
+func registryConfigMap(r Registry) []byte {
+	return fmt.Appendf(nil, `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: local-registry-hosting
+  namespace: kube-public
+data:
+  localRegistryHosting.v1: |
+    host: "localhost:%d"
+    hostFromContainerRuntime: "%s:5000"
+    hostFromClusterNetwork: "%s:5000"
+    help: "https://kind.sigs.k8s.io/docs/user/local-registry/"
+`, r.Port, r.Name, r.Name)
+}

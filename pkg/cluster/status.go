@@ -1,0 +1,81 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+)
+
+// StatusResult is an environment's state as `meshctl status` reports it.
+type StatusResult struct {
+	Env      string          `json:"env"`
+	Ready    bool            `json:"ready"`
+	Clusters []ClusterStatus `json:"clusters"`
+	Registry *RegistryStatus `json:"registry,omitempty"`
+}
+
+// ClusterStatus is one cluster's plan and live state.
+type ClusterStatus struct {
+	ClusterPlan
+	Ready bool         `json:"ready"`
+	Nodes []NodeStatus `json:"nodes"`
+	Error string       `json:"error,omitempty"`
+}
+
+// RegistryStatus is the local registry container's state.
+type RegistryStatus struct {
+	Name    string `json:"name"`
+	Running bool   `json:"running"`
+}
+
+// Status reads the state of every cluster of env from its API server,
+// concurrently. A cluster that cannot be read is reported, not fatal: status
+// is what a person runs when something is wrong.
+func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusResult, error) {
+	cs, err := p.Environment(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	res := &StatusResult{Env: env, Clusters: make([]ClusterStatus, len(cs)), Ready: len(cs) > 0}
+	_ = concurrently(indexes(len(cs)), func(i int) error {
+		res.Clusters[i] = p.clusterStatus(ctx, cs[i])
+		return nil
+	})
+	for _, c := range res.Clusters {
+		res.Ready = res.Ready && c.Ready
+	}
+	if registry != "" {
+		out, err := p.docker.Run(ctx, "inspect", "--format", "{{.State.Running}}", registry)
+		if err == nil || !strings.Contains(err.Error(), "No such") {
+			res.Registry = &RegistryStatus{Name: registry, Running: err == nil && strings.TrimSpace(string(out)) == "true"}
+		}
+	}
+	return res, nil
+}
+
+func (p *Provider) clusterStatus(ctx context.Context, c ClusterPlan) ClusterStatus {
+	st := ClusterStatus{ClusterPlan: c, Nodes: []NodeStatus{}}
+	kc, err := p.kind.KubeConfig(c.KindName, false)
+	if err != nil {
+		st.Error = "reading kubeconfig: " + err.Error()
+		return st
+	}
+	ns, err := p.nodes.Nodes(ctx, []byte(kc))
+	if err != nil {
+		st.Error = err.Error()
+		return st
+	}
+	st.Nodes = ns
+	st.Ready = len(ns) == c.ControlPlanes+c.Workers
+	for _, n := range ns {
+		st.Ready = st.Ready && n.Ready
+	}
+	return st
+}
+
+func indexes(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}

@@ -1,0 +1,208 @@
+package cluster
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Roles a cluster can play in a mesh, as Istio's multicluster models name them.
+const (
+	RolePrimary = "primary" // runs a control plane
+	RoleRemote  = "remote"  // has its control plane in another (primary) cluster
+	RoleConfig  = "config"  // holds the mesh config for other clusters
+)
+
+// Spec is one cluster as the user asked for it: a topology entry, or one of
+// the clusters that --clusters N generates. Empty fields take defaults when
+// the Spec becomes part of a Plan.
+type Spec struct {
+	Name               string `json:"name"`
+	Network            string `json:"network,omitempty"`
+	PrimaryClusterName string `json:"primaryClusterName,omitempty"`
+	ConfigClusterName  string `json:"configClusterName,omitempty"`
+	// PodSubnet and ServiceSubnet are kind's syntax: one CIDR, or a v4 and a
+	// v6 CIDR separated by a comma for dual stack.
+	PodSubnet     string `json:"podSubnet,omitempty"`
+	ServiceSubnet string `json:"serviceSubnet,omitempty"`
+	// Kubeconfig is Istio's meta.kubeconfig: where the cluster's kubeconfig
+	// is written. Kept so that Istio's test framework finds it.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Workers, IPFamily and Image are meshctl extensions of Istio's schema;
+	// when empty, the environment-wide values apply.
+	Workers  *int   `json:"workers,omitempty"`
+	IPFamily string `json:"ipFamily,omitempty"`
+	Image    string `json:"image,omitempty"`
+}
+
+// topologyKeys maps every key an Istio topology entry may carry — camelCase
+// and the snake_case aliases Istio's scripts accept — to its canonical name.
+var topologyKeys = map[string]string{
+	"kind":                 "kind",
+	"clusterName":          "clusterName",
+	"cluster_name":         "clusterName",
+	"podSubnet":            "podSubnet",
+	"pod_subnet":           "podSubnet",
+	"svcSubnet":            "svcSubnet",
+	"svc_subnet":           "svcSubnet",
+	"network":              "network",
+	"network_id":           "network",
+	"primaryClusterName":   "primaryClusterName",
+	"primary_cluster_name": "primaryClusterName",
+	"configClusterName":    "configClusterName",
+	"config_cluster_name":  "configClusterName",
+	"meta":                 "meta",
+	// Istio's test framework reads these; they mean nothing to meshctl but
+	// are valid in the files it shares with Istio.
+	"httpProxy":        "httpProxy",
+	"proxyKubectlOnly": "proxyKubectlOnly",
+	// meshctl extensions.
+	"workers":   "workers",
+	"ipFamily":  "ipFamily",
+	"ip_family": "ipFamily",
+	"image":     "image",
+}
+
+// LoadTopology reads a topology file: Istio's JSON array of clusters, or the
+// same array written as YAML.
+func LoadTopology(path string) ([]Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading topology: %w", err)
+	}
+	specs, err := ParseTopology(data)
+	if err != nil {
+		return nil, fmt.Errorf("topology %s: %w", path, err)
+	}
+	return specs, nil
+}
+
+// ParseTopology decodes a topology document. Entries whose kind is set and is
+// not "Kubernetes" (Istio's VMs, for example) are skipped; unknown keys are
+// errors, because a misspelt podSubnet silently ignored would create
+// overlapping clusters.
+func ParseTopology(data []byte) ([]Spec, error) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return nil, fmt.Errorf("empty topology")
+	}
+	js, err := yaml.YAMLToJSON(data) // JSON is YAML, so one path serves both
+	if err != nil {
+		return nil, fmt.Errorf("not JSON or YAML: %w", err)
+	}
+	var entries []map[string]json.RawMessage
+	if err := json.Unmarshal(js, &entries); err != nil {
+		return nil, fmt.Errorf("want an array of cluster entries: %w", err)
+	}
+	var specs []Spec
+	for i, raw := range entries {
+		spec, skip, err := parseEntry(raw)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d%s: %w", i, entryName(raw), err)
+		}
+		if !skip {
+			specs = append(specs, spec)
+		}
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("no Kubernetes clusters in topology")
+	}
+	return specs, nil
+}
+
+// entryName names an entry in errors when it has a name to show.
+func entryName(raw map[string]json.RawMessage) string {
+	for _, k := range []string{"clusterName", "cluster_name"} {
+		var s string
+		if json.Unmarshal(raw[k], &s) == nil && s != "" {
+			return fmt.Sprintf(" (cluster %q)", s)
+		}
+	}
+	return ""
+}
+
+func parseEntry(raw map[string]json.RawMessage) (Spec, bool, error) {
+	canon := map[string]json.RawMessage{}
+	var unknown []string
+	for k, v := range raw {
+		c, ok := topologyKeys[k]
+		if !ok {
+			unknown = append(unknown, k)
+			continue
+		}
+		if prev, dup := canon[c]; dup && !bytes.Equal(prev, v) {
+			return Spec{}, false, fmt.Errorf("%s is given twice with different values (camelCase and snake_case)", c)
+		}
+		canon[c] = v
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return Spec{}, false, fmt.Errorf("unknown key(s) %s", strings.Join(unknown, ", "))
+	}
+	str := func(key string) (string, error) {
+		v, ok := canon[key]
+		if !ok || string(v) == "null" {
+			return "", nil
+		}
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return "", fmt.Errorf("%s: want a string, got %s", key, v)
+		}
+		return s, nil
+	}
+	var s Spec
+	var err error
+	kind, err := str("kind")
+	if err != nil {
+		return s, false, err
+	}
+	if kind != "" && kind != "Kubernetes" {
+		return s, true, nil
+	}
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{
+		{"clusterName", &s.Name},
+		{"network", &s.Network},
+		{"podSubnet", &s.PodSubnet},
+		{"svcSubnet", &s.ServiceSubnet},
+		{"primaryClusterName", &s.PrimaryClusterName},
+		{"configClusterName", &s.ConfigClusterName},
+		{"ipFamily", &s.IPFamily},
+		{"image", &s.Image},
+	} {
+		if *f.dst, err = str(f.key); err != nil {
+			return s, false, err
+		}
+	}
+	if v, ok := canon["workers"]; ok {
+		var n int
+		if err := json.Unmarshal(v, &n); err != nil {
+			return s, false, fmt.Errorf("workers: want a whole number, got %s", v)
+		}
+		s.Workers = &n
+	}
+	if v, ok := canon["meta"]; ok && string(v) != "null" {
+		var meta map[string]any
+		if err := json.Unmarshal(v, &meta); err != nil {
+			return s, false, fmt.Errorf("meta: want an object, got %s", v)
+		}
+		if kc, ok := meta["kubeconfig"]; ok {
+			path, isStr := kc.(string)
+			if !isStr {
+				return s, false, fmt.Errorf("meta.kubeconfig: want a string")
+			}
+			s.Kubeconfig = path
+		}
+	}
+	if s.Name == "" {
+		return s, false, fmt.Errorf("clusterName is required")
+	}
+	return s, false, nil
+}

@@ -1,0 +1,312 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meshctl/meshctl/internal/cli"
+	"github.com/meshctl/meshctl/pkg/version"
+)
+
+// What up did with each cluster.
+const (
+	ActionCreated   = "created"
+	ActionReused    = "reused"
+	ActionRecreated = "recreated"
+)
+
+// UpResult reports what `up` did.
+type UpResult struct {
+	Env      string          `json:"env"`
+	Clusters []ClusterResult `json:"clusters"`
+	Registry *RegistryResult `json:"registry,omitempty"`
+}
+
+// ClusterResult is one cluster's outcome.
+type ClusterResult struct {
+	Name               string `json:"name"`
+	KindName           string `json:"kindName"`
+	Network            string `json:"network"`
+	Action             string `json:"action"`
+	Kubeconfig         string `json:"kubeconfig"`
+	InternalKubeconfig string `json:"internalKubeconfig"`
+}
+
+// RegistryResult is the local registry's outcome.
+type RegistryResult struct {
+	Name   string `json:"name"`
+	Host   string `json:"host"`
+	Action string `json:"action"`
+}
+
+// DefaultWait is how long Up waits for each control plane to be Ready.
+const DefaultWait = 5 * time.Minute
+
+type upOptions struct {
+	retain   bool
+	recreate bool
+	wait     time.Duration
+}
+
+// UpOption configures Up.
+type UpOption func(*upOptions)
+
+// UpWithRetain keeps clusters whose creation failed, for debugging.
+func UpWithRetain(b bool) UpOption { return func(o *upOptions) { o.retain = b } }
+
+// UpWithRecreate deletes and recreates clusters that differ from the plan.
+func UpWithRecreate(b bool) UpOption { return func(o *upOptions) { o.recreate = b } }
+
+// UpWithWait waits up to d for each cluster's control plane to be Ready.
+func UpWithWait(d time.Duration) UpOption { return func(o *upOptions) { o.wait = d } }
+
+// Up makes the environment of plan exist: the story of `meshctl up`.
+// Clusters that already exist as planned are reused; missing ones are created
+// in parallel. If anything fails, or ctx is cancelled (Ctrl-C), every cluster
+// this call created is deleted — after its logs are exported to the artifacts
+// directory — unless retained.
+func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpResult, error) {
+	o := upOptions{wait: DefaultWait}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	status := cli.NewStatus(p.logger)
+
+	status.Start("Checking Docker")
+	if err := p.Preflight(ctx, plan); err != nil {
+		status.End(false)
+		return nil, err
+	}
+
+	status.Start("Inspecting existing clusters")
+	actions, err := p.classify(plan, o.recreate)
+	if err != nil {
+		status.End(false)
+		return nil, err
+	}
+
+	res := &UpResult{Env: plan.Env}
+	if plan.Registry.Enabled {
+		status.Start(fmt.Sprintf("Starting registry %s on localhost:%d", plan.Registry.Name, plan.Registry.Port))
+		act, err := p.ensureRegistry(ctx, plan.Registry)
+		if err != nil {
+			status.End(false)
+			return nil, err
+		}
+		res.Registry = &RegistryResult{Name: plan.Registry.Name, Host: fmt.Sprintf("localhost:%d", plan.Registry.Port), Action: act}
+	}
+
+	var recreate, create []ClusterPlan
+	for _, c := range plan.Clusters {
+		switch actions[c.Name] {
+		case ActionRecreated:
+			recreate = append(recreate, c)
+			create = append(create, c)
+		case ActionCreated:
+			create = append(create, c)
+		}
+	}
+	if len(recreate) > 0 {
+		status.Start("Deleting clusters to recreate: " + kindNames(recreate))
+		if err := p.deleteClusters(plan.Env, recreate); err != nil {
+			status.End(false)
+			return nil, err
+		}
+	}
+	if len(create) > 0 {
+		status.Start(fmt.Sprintf("Creating %s in parallel", kindNames(create)))
+		if err := p.createAll(ctx, plan, create, o); err != nil {
+			status.End(false)
+			return nil, err
+		}
+	}
+
+	status.Start("Writing kubeconfigs and registry settings")
+	err = concurrently(plan.Clusters, func(c ClusterPlan) error {
+		if err := p.exportKubeconfigs(plan, c); err != nil {
+			return err
+		}
+		if plan.Registry.Enabled && actions[c.Name] != ActionReused {
+			return p.configureRegistry(ctx, plan.Registry, c)
+		}
+		return nil
+	})
+	if err != nil {
+		status.End(false)
+		p.rollback(plan, create, o.retain)
+		return nil, err
+	}
+	status.End(true)
+
+	for _, c := range plan.Clusters {
+		res.Clusters = append(res.Clusters, ClusterResult{
+			Name: c.Name, KindName: c.KindName, Network: c.Network, Action: actions[c.Name],
+			Kubeconfig:         p.KubeconfigPath(plan.Env, c.Name, false),
+			InternalKubeconfig: p.KubeconfigPath(plan.Env, c.Name, true),
+		})
+	}
+	return res, nil
+}
+
+// classify decides, for each planned cluster, whether to create, reuse or
+// recreate it. It fails — before anything is changed — when an existing
+// cluster differs from the plan and recreate is off, or belongs to someone
+// else.
+func (p *Provider) classify(plan *Plan, recreate bool) (map[string]string, error) {
+	existing, err := p.kind.List()
+	if err != nil {
+		return nil, fmt.Errorf("listing kind clusters: %w", err)
+	}
+	exists := map[string]bool{}
+	for _, n := range existing {
+		exists[n] = true
+	}
+	actions := map[string]string{}
+	var conflicts []string
+	var mu sync.Mutex
+	err = concurrently(plan.Clusters, func(c ClusterPlan) error {
+		act, conflict, err := p.classifyOne(plan, c, exists[c.KindName], recreate)
+		mu.Lock()
+		defer mu.Unlock()
+		actions[c.Name] = act
+		if conflict != "" {
+			conflicts = append(conflicts, conflict)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(conflicts) > 0 {
+		sort.Strings(conflicts)
+		return nil, fmt.Errorf("existing clusters differ from the plan (nothing was changed; rerun with --recreate to replace them, or `meshctl down` first):\n%s", strings.Join(conflicts, "\n"))
+	}
+	return actions, nil
+}
+
+func (p *Provider) classifyOne(plan *Plan, c ClusterPlan, exists, recreate bool) (action, conflict string, err error) {
+	if !exists {
+		return ActionCreated, "", nil
+	}
+	rec, err := p.readRecord(c.KindName)
+	switch {
+	case errors.Is(err, errNoRecord):
+		if recreate {
+			return ActionRecreated, "", nil
+		}
+		return "", fmt.Sprintf("  cluster %q: kind cluster %q exists but was not created by meshctl (or its creation did not finish)", c.Name, c.KindName), nil
+	case err != nil:
+		return "", "", fmt.Errorf("cluster %q: %w", c.Name, err)
+	case rec.Env != plan.Env:
+		// Never recreate another environment's cluster, even when asked to.
+		return "", fmt.Sprintf("  cluster %q: kind cluster %q belongs to environment %q; choose another --env or --name-prefix", c.Name, c.KindName, rec.Env), nil
+	}
+	diff := Diff(rec.Cluster, c)
+	if len(diff) == 0 {
+		return ActionReused, "", nil
+	}
+	if recreate {
+		return ActionRecreated, "", nil
+	}
+	return "", fmt.Sprintf("  cluster %q:\n    %s", c.Name, strings.Join(diff, "\n    ")), nil
+}
+
+// createAll creates clusters in parallel. kind's Create cannot be cancelled,
+// so on Ctrl-C the clusters are deleted under it, which makes it return.
+func (p *Provider) createAll(ctx context.Context, plan *Plan, create []ClusterPlan, o upOptions) error {
+	done := make(chan error, 1)
+	go func() {
+		done <- concurrently(create, func(c ClusterPlan) error { return p.createOne(plan, c, o.wait) })
+	}()
+	var err error
+	select {
+	case err = <-done:
+		if err == nil {
+			return nil
+		}
+	case <-ctx.Done():
+		p.logger.Warnf("interrupted: stopping the creation of %s", kindNames(create))
+		p.rollback(plan, create, o.retain)
+		<-done
+		return fmt.Errorf("creating clusters: %w", context.Cause(ctx))
+	}
+	p.rollback(plan, create, o.retain)
+	return err
+}
+
+func (p *Provider) createOne(plan *Plan, c ClusterPlan, wait time.Duration) error {
+	kubeconfig := p.KubeconfigPath(plan.Env, c.Name, false)
+	if err := os.MkdirAll(p.clusterDir(plan.Env, c.Name), 0o700); err != nil {
+		return fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	if err := p.kind.Create(c.KindName, plan.KindConfig(c), kubeconfig, wait); err != nil {
+		return fmt.Errorf("cluster %q: creating kind cluster %s: %w", c.Name, c.KindName, err)
+	}
+	ns, err := p.kind.ListNodes(c.KindName)
+	if err != nil {
+		return fmt.Errorf("cluster %q: listing nodes: %w", c.Name, err)
+	}
+	rec := Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC()}
+	if err := p.writeRecord(ns, rec); err != nil {
+		return fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	p.logger.V(1).Infof("cluster %q created as kind cluster %s", c.Name, c.KindName)
+	return nil
+}
+
+// rollback exports the logs of clusters this run created, then deletes them
+// unless retain. Errors are reported, not returned: the original failure is
+// what the user needs to see.
+func (p *Provider) rollback(plan *Plan, created []ClusterPlan, retain bool) {
+	_ = concurrently(created, func(c ClusterPlan) error {
+		dir := p.LogsDir(plan.Env, c.Name)
+		if err := p.kind.CollectLogs(c.KindName, dir); err != nil {
+			p.logger.Warnf("cluster %q: exporting logs: %v", c.Name, err)
+		} else {
+			p.logger.V(0).Infof("cluster %q: logs exported to %s", c.Name, dir)
+		}
+		if retain {
+			p.logger.V(0).Infof("cluster %q: kept (--retain) as kind cluster %s", c.Name, c.KindName)
+			return nil
+		}
+		if err := p.kind.Delete(c.KindName, p.KubeconfigPath(plan.Env, c.Name, false)); err != nil {
+			p.logger.Errorf("cluster %q: deleting after failure: %v (delete it with `meshctl down %s`)", c.Name, err, c.KindName)
+		}
+		return nil
+	})
+}
+
+// LogsDir is where a cluster's logs are exported.
+func (p *Provider) LogsDir(env, cluster string) string {
+	return p.clusterDir(env, cluster) + "/logs"
+}
+
+// concurrently runs f for every item at once and joins the errors, in the
+// items' order so that messages read the same on every run.
+func concurrently[T any](items []T, f func(T) error) error {
+	errs := make([]error, len(items))
+	var wg sync.WaitGroup
+	for i, it := range items {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(it)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func kindNames(cs []ClusterPlan) string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.KindName
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,193 @@
+package cluster
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// maxKindNameLen keeps "<name>-control-plane" a valid 63-character hostname.
+const maxKindNameLen = 63 - len("-control-plane")
+
+// InvalidPlanError lists every problem found in a plan, so a user fixes a
+// topology in one pass instead of one error per run.
+type InvalidPlanError struct {
+	Problems []string
+}
+
+func (e *InvalidPlanError) Error() string {
+	if len(e.Problems) == 1 {
+		return "invalid topology: " + e.Problems[0]
+	}
+	return fmt.Sprintf("invalid topology (%d problems):\n  - %s", len(e.Problems), strings.Join(e.Problems, "\n  - "))
+}
+
+type problems []string
+
+func (p *problems) add(cluster, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if cluster != "" {
+		msg = fmt.Sprintf("cluster %q: %s", cluster, msg)
+	}
+	*p = append(*p, msg)
+}
+
+// subnetRef is one subnet with what it belongs to, for overlap messages.
+type subnetRef struct {
+	cluster, field string
+	prefix         netip.Prefix
+}
+
+func (p *Plan) validate() error {
+	var errs problems
+	if len(p.Clusters) == 0 {
+		errs.add("", "no clusters")
+	}
+	if msgs := validation.IsDNS1123Label(p.Env); len(msgs) > 0 {
+		errs.add("", "environment name %q: %s", p.Env, strings.Join(msgs, "; "))
+	}
+	if p.Registry.Enabled {
+		if p.Registry.Port < 1 || p.Registry.Port > 65535 {
+			errs.add("", "registry port %d: want 1-65535", p.Registry.Port)
+		}
+		if msgs := validation.IsDNS1123Label(p.Registry.Name); len(msgs) > 0 {
+			errs.add("", "registry name %q: %s", p.Registry.Name, strings.Join(msgs, "; "))
+		}
+	}
+	names := map[string]bool{}
+	kindNames := map[string]bool{}
+	var subnets []subnetRef
+	for _, c := range p.Clusters {
+		if names[c.Name] {
+			errs.add(c.Name, "duplicate cluster name")
+		}
+		names[c.Name] = true
+		if msgs := validation.IsDNS1123Label(c.Name); len(msgs) > 0 {
+			errs.add(c.Name, "name is not a DNS-1123 label: %s", strings.Join(msgs, "; "))
+		} else if kindNames[c.KindName] {
+			errs.add(c.Name, "kind cluster name %q is used twice", c.KindName)
+		} else if msgs := validation.IsDNS1123Label(c.KindName); len(msgs) > 0 || len(c.KindName) > maxKindNameLen {
+			errs.add(c.Name, "kind cluster name %q must be a DNS-1123 label of at most %d characters (node names add \"-control-plane\")", c.KindName, maxKindNameLen)
+		}
+		kindNames[c.KindName] = true
+		if c.Network == "" {
+			errs.add(c.Name, "network is empty")
+		} else if msgs := validation.IsValidLabelValue(c.Network); len(msgs) > 0 {
+			errs.add(c.Name, "network %q is not a valid label value: %s", c.Network, strings.Join(msgs, "; "))
+		}
+		if c.Workers < 0 {
+			errs.add(c.Name, "workers must be 0 or more, got %d", c.Workers)
+		}
+		if c.Image == "" {
+			errs.add(c.Name, "image is empty")
+		}
+		familyOK := true
+		switch c.IPFamily {
+		case IPv4, IPv6, Dual:
+		default:
+			familyOK = false
+			errs.add(c.Name, "unknown ipFamily %q: want ipv4, ipv6 or dual", c.IPFamily)
+		}
+		for _, f := range []struct {
+			field string
+			cidrs []string
+		}{{"podSubnet", c.PodSubnets}, {"serviceSubnet", c.ServiceSubnets}} {
+			ps, ok := checkSubnets(&errs, c, f.field, f.cidrs, familyOK)
+			if !ok {
+				continue
+			}
+			for _, pr := range ps {
+				subnets = append(subnets, subnetRef{c.Name, f.field, pr})
+			}
+		}
+	}
+	for _, c := range p.Clusters {
+		if c.PrimaryClusterName != c.Name {
+			prim, ok := p.Cluster(c.PrimaryClusterName)
+			switch {
+			case !ok || prim.Name != c.PrimaryClusterName:
+				errs.add(c.Name, "primaryClusterName %q is not a cluster of this topology", c.PrimaryClusterName)
+			case prim.PrimaryClusterName != prim.Name:
+				errs.add(c.Name, "primaryClusterName %q is itself a remote (of %q): a remote's primary must be a primary", prim.Name, prim.PrimaryClusterName)
+			}
+		}
+		if c.ConfigClusterName != c.Name {
+			if cfg, ok := p.Cluster(c.ConfigClusterName); !ok || cfg.Name != c.ConfigClusterName {
+				errs.add(c.Name, "configClusterName %q is not a cluster of this topology", c.ConfigClusterName)
+			}
+		}
+	}
+	for i := range subnets {
+		for j := i + 1; j < len(subnets); j++ {
+			a, b := subnets[i], subnets[j]
+			if a.prefix.Overlaps(b.prefix) {
+				other := fmt.Sprintf("cluster %q", b.cluster)
+				if a.cluster == b.cluster {
+					other = "its own"
+				}
+				errs.add(a.cluster, "%s %s overlaps %s %s %s", a.field, a.prefix, other, b.field, b.prefix)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return &InvalidPlanError{Problems: errs}
+	}
+	return nil
+}
+
+// Size limits Kubernetes itself enforces: kube-controller-manager carves a
+// /24 (v4) or /64 (v6) per node out of the pod subnet, and kube-apiserver
+// refuses service ranges of more than 2^20 addresses.
+var (
+	minPodBits = map[bool]int{true: 24, false: 64}  // key: is4
+	minSvcBits = map[bool]int{true: 12, false: 108} // prefix length at least
+)
+
+// checkSubnets parses one field's CIDRs and checks their count and families
+// against the cluster's IP family.
+func checkSubnets(errs *problems, c ClusterPlan, field string, cidrs []string, familyOK bool) ([]netip.Prefix, bool) {
+	var out []netip.Prefix
+	ok := true
+	v4, v6 := 0, 0
+	for _, s := range cidrs {
+		pr, err := netip.ParsePrefix(s)
+		if err != nil {
+			errs.add(c.Name, "%s %q is not a CIDR", field, s)
+			ok = false
+			continue
+		}
+		if pr.Masked() != pr {
+			errs.add(c.Name, "%s %s is not a network address (did you mean %s?)", field, s, pr.Masked())
+			ok = false
+			continue
+		}
+		is4 := pr.Addr().Is4()
+		if is4 {
+			v4++
+		} else {
+			v6++
+		}
+		if field == "podSubnet" && pr.Bits() > minPodBits[is4] {
+			errs.add(c.Name, "%s %s is too small: nodes get a /%d each, so it needs a prefix of /%d or shorter", field, s, minPodBits[is4], minPodBits[is4])
+			ok = false
+		}
+		if field == "serviceSubnet" && pr.Bits() < minSvcBits[is4] {
+			errs.add(c.Name, "%s %s is too large: Kubernetes allows at most a /%d", field, s, minSvcBits[is4])
+			ok = false
+		}
+		out = append(out, pr)
+	}
+	if !familyOK || !ok {
+		return out, ok
+	}
+	want := map[string][2]int{IPv4: {1, 0}, IPv6: {0, 1}, Dual: {1, 1}}[c.IPFamily]
+	if v4 != want[0] || v6 != want[1] {
+		errs.add(c.Name, "%s %q does not fit ipFamily %s: want %s", field, strings.Join(cidrs, ","), c.IPFamily, map[string]string{
+			IPv4: "one IPv4 CIDR", IPv6: "one IPv6 CIDR", Dual: "an IPv4 and an IPv6 CIDR, comma-separated",
+		}[c.IPFamily])
+		return out, false
+	}
+	return out, true
+}
