@@ -140,10 +140,8 @@ func NewPlan(req Request) (*Plan, error) {
 		}
 		c.PodSubnets = defaultSubnets(s.PodSubnet, c.IPFamily, i, podSubnet)
 		c.ServiceSubnets = defaultSubnets(s.ServiceSubnet, c.IPFamily, i, serviceSubnet)
+		c.Roles = roles(c)
 		p.Clusters = append(p.Clusters, c)
-	}
-	for i := range p.Clusters {
-		p.Clusters[i].Roles = roles(p.Clusters, i)
 	}
 	if err := p.validate(); err != nil {
 		return nil, err
@@ -201,22 +199,17 @@ func expand(req Request) ([]Spec, error) {
 func networkName(i int) string { return fmt.Sprintf("network-%d", i+1) }
 
 // roles derives what a cluster is from the primary/config names, as Istio's
-// test framework does.
-func roles(all []ClusterPlan, i int) []string {
-	c := all[i]
-	var r []string
+// test framework does: a primary runs a control plane, a remote uses its
+// primary's; a remote that holds the mesh config itself (an external control
+// plane's config cluster) is also a config cluster.
+func roles(c ClusterPlan) []string {
 	if c.PrimaryClusterName == c.Name {
-		r = append(r, RolePrimary)
-	} else {
-		r = append(r, RoleRemote)
+		return []string{RolePrimary}
 	}
-	for j, o := range all {
-		if j != i && o.ConfigClusterName == c.Name && o.ConfigClusterName != o.Name {
-			r = append(r, RoleConfig)
-			break
-		}
+	if c.ConfigClusterName == c.Name {
+		return []string{RoleRemote, RoleConfig}
 	}
-	return r
+	return []string{RoleRemote}
 }
 
 type subnetKind int

@@ -220,6 +220,9 @@ func (p *Provider) classifyOne(plan *Plan, c ClusterPlan, exists, recreate bool)
 // createAll creates clusters in parallel. kind's Create cannot be cancelled,
 // so on Ctrl-C the clusters are deleted under it, which makes it return.
 func (p *Provider) createAll(ctx context.Context, plan *Plan, create []ClusterPlan, o upOptions) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("creating clusters: %w", context.Cause(ctx))
+	}
 	done := make(chan error, 1)
 	go func() {
 		done <- concurrently(create, func(c ClusterPlan) error { return p.createOne(plan, c, o.wait) })
@@ -234,6 +237,13 @@ func (p *Provider) createAll(ctx context.Context, plan *Plan, create []ClusterPl
 		p.logger.Warnf("interrupted: stopping the creation of %s", kindNames(create))
 		p.rollback(plan, create, o.retain)
 		<-done
+		// A deletion that came before kind made its containers found
+		// nothing, and kind went on: delete what it made since.
+		if !o.retain {
+			if err := p.deleteClusters(plan.Env, create); err != nil {
+				p.logger.Errorf("deleting after interrupt: %v", err)
+			}
+		}
 		return fmt.Errorf("creating clusters: %w", context.Cause(ctx))
 	}
 	p.rollback(plan, create, o.retain)

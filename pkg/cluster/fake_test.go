@@ -1,0 +1,313 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+	"sigs.k8s.io/kind/pkg/cluster/nodes"
+	"sigs.k8s.io/kind/pkg/exec"
+)
+
+// fakeKind is an in-memory kind: clusters of nodes whose files are a map.
+type fakeKind struct {
+	mu       sync.Mutex
+	clusters map[string]*fakeCluster
+	// createHook runs inside Create before the cluster exists (tests use it
+	// to block, fail or observe concurrency).
+	createHook func(name string) error
+	created    []string
+	deleted    []string
+	logs       []string
+}
+
+type fakeCluster struct {
+	name    string
+	cfg     *v1alpha4.Cluster
+	nodes   []*fakeNode
+	applied []string
+}
+
+func newFakeKind() *fakeKind { return &fakeKind{clusters: map[string]*fakeCluster{}} }
+
+func (k *fakeKind) Create(name string, cfg *v1alpha4.Cluster, kubeconfigPath string, wait time.Duration) error {
+	if k.createHook != nil {
+		if err := k.createHook(name); err != nil {
+			// kind retains a failed cluster's nodes when told to: so do we.
+			k.add(name, cfg)
+			return err
+		}
+	}
+	k.add(name, cfg)
+	k.mu.Lock()
+	k.created = append(k.created, name)
+	k.mu.Unlock()
+	return nil
+}
+
+func (k *fakeKind) add(name string, cfg *v1alpha4.Cluster) *fakeCluster {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c := &fakeCluster{name: name, cfg: cfg}
+	workers := 0
+	for i, n := range cfg.Nodes {
+		nodeName := name + "-control-plane"
+		if n.Role == v1alpha4.WorkerRole {
+			workers++
+			nodeName = fmt.Sprintf("%s-worker%s", name, map[bool]string{true: "", false: fmt.Sprint(workers)}[workers == 1])
+		}
+		c.nodes = append(c.nodes, &fakeNode{name: nodeName, role: string(n.Role), ip: fmt.Sprintf("172.18.%d.%d", len(k.clusters)+1, i+2), cluster: c, files: map[string][]byte{}})
+	}
+	k.clusters[name] = c
+	return c
+}
+
+func (k *fakeKind) Delete(name, kubeconfigPath string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.clusters, name)
+	k.deleted = append(k.deleted, name)
+	return nil
+}
+
+func (k *fakeKind) List() ([]string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []string
+	for n := range k.clusters {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (k *fakeKind) cluster(name string) (*fakeCluster, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c, ok := k.clusters[name]
+	return c, ok
+}
+
+func (k *fakeKind) ListNodes(name string) ([]nodes.Node, error) {
+	c, ok := k.cluster(name)
+	if !ok {
+		return nil, nil // kind returns no nodes for a missing cluster
+	}
+	var out []nodes.Node
+	for _, n := range c.nodes {
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func (k *fakeKind) KubeConfig(name string, internal bool) (string, error) {
+	if _, ok := k.cluster(name); !ok {
+		return "", fmt.Errorf("cluster %s does not exist", name)
+	}
+	server := "https://127.0.0.1:40001"
+	if internal {
+		server = "https://" + name + "-control-plane:6443"
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: kind-%[1]s
+  cluster:
+    server: %[2]s
+    certificate-authority-data: Q0EK
+contexts:
+- name: kind-%[1]s
+  context: {cluster: kind-%[1]s, user: kind-%[1]s}
+current-context: kind-%[1]s
+users:
+- name: kind-%[1]s
+  user:
+    client-certificate-data: Q0VSVAo=
+    client-key-data: S0VZCg==
+`, name, server), nil
+}
+
+func (k *fakeKind) CollectLogs(name, dir string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.logs = append(k.logs, name)
+	return nil
+}
+
+// fakeNode runs the few shell scripts meshctl sends to nodes against an
+// in-memory file system.
+type fakeNode struct {
+	mu      sync.Mutex
+	name    string
+	role    string
+	ip      string
+	cluster *fakeCluster
+	files   map[string][]byte
+	broken  bool
+}
+
+func (n *fakeNode) String() string               { return n.name }
+func (n *fakeNode) Role() (string, error)        { return n.role, nil }
+func (n *fakeNode) IP() (string, string, error)  { return n.ip, "fc00::" + n.ip[len(n.ip)-1:], nil }
+func (n *fakeNode) SerialLogs(w io.Writer) error { return nil }
+func (n *fakeNode) Command(c string, a ...string) exec.Cmd {
+	return &fakeCmd{node: n, argv: append([]string{c}, a...)}
+}
+func (n *fakeNode) CommandContext(_ context.Context, c string, a ...string) exec.Cmd {
+	return n.Command(c, a...)
+}
+
+func (n *fakeNode) file(path string) ([]byte, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	b, ok := n.files[path]
+	return b, ok
+}
+
+type fakeCmd struct {
+	node   *fakeNode
+	argv   []string
+	stdin  io.Reader
+	stdout io.Writer
+}
+
+func (c *fakeCmd) SetEnv(...string) exec.Cmd      { return c }
+func (c *fakeCmd) SetStdin(r io.Reader) exec.Cmd  { c.stdin = r; return c }
+func (c *fakeCmd) SetStdout(w io.Writer) exec.Cmd { c.stdout = w; return c }
+func (c *fakeCmd) SetStderr(io.Writer) exec.Cmd   { return c }
+
+var (
+	writeRE = regexp.MustCompile(`cat > '?([^' ]+)'?$`)
+	readRE  = regexp.MustCompile(`^test -f (\S+) && cat`)
+)
+
+func (c *fakeCmd) Run() error {
+	n := c.node
+	if n.broken {
+		return &exec.RunError{Command: c.argv, Output: []byte("container is not running"), Inner: errors.New("exit status 1")}
+	}
+	var in []byte
+	if c.stdin != nil {
+		in, _ = io.ReadAll(c.stdin)
+	}
+	switch {
+	case c.argv[0] == "kubectl":
+		n.cluster.applied = append(n.cluster.applied, string(in))
+		return nil
+	case c.argv[0] == "sh" && writeRE.MatchString(c.argv[2]):
+		path := writeRE.FindStringSubmatch(c.argv[2])[1]
+		n.mu.Lock()
+		n.files[path] = in
+		n.mu.Unlock()
+		return nil
+	case c.argv[0] == "sh" && readRE.MatchString(c.argv[2]):
+		b, ok := n.file(readRE.FindStringSubmatch(c.argv[2])[1])
+		if !ok {
+			b = []byte("none\n")
+		}
+		if c.stdout != nil {
+			_, _ = c.stdout.Write(b)
+		}
+		return nil
+	}
+	return fmt.Errorf("fake node: unexpected command %q", c.argv)
+}
+
+// fakeDocker answers the docker commands meshctl runs.
+type fakeDocker struct {
+	mu       sync.Mutex
+	down     bool
+	network  string // JSON IPAM config of the kind network; "" if none
+	registry string // "", "running" or "stopped"
+	calls    []string
+}
+
+func (d *fakeDocker) Run(_ context.Context, args ...string) ([]byte, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	call := strings.Join(args, " ")
+	d.calls = append(d.calls, call)
+	if d.down {
+		return nil, errors.New("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?")
+	}
+	switch {
+	case args[0] == "info":
+		return []byte("28.2.2\n"), nil
+	case strings.HasPrefix(call, "network ls"):
+		if d.network == "" {
+			return nil, nil
+		}
+		return []byte("kind\n"), nil
+	case strings.HasPrefix(call, "network inspect kind --format {{json"):
+		return []byte(d.network), nil
+	case strings.HasPrefix(call, "network inspect kind --format {{len"):
+		if d.registry != "" {
+			return []byte("1\n"), nil
+		}
+		return []byte("0\n"), nil
+	case strings.HasPrefix(call, "network rm"):
+		d.network = ""
+		return nil, nil
+	case strings.HasPrefix(call, "network connect"):
+		return nil, nil
+	case args[0] == "inspect":
+		if d.registry == "" {
+			return nil, fmt.Errorf("docker %s: exit status 1: Error: No such object: %s", call, args[len(args)-1])
+		}
+		return []byte(fmt.Sprint(d.registry == "running") + "\n"), nil
+	case args[0] == "run":
+		d.registry = "running"
+		return []byte("abc123\n"), nil
+	case args[0] == "start":
+		d.registry = "running"
+		return nil, nil
+	case args[0] == "rm":
+		d.registry = ""
+		return nil, nil
+	}
+	return nil, fmt.Errorf("fake docker: unexpected command %q", call)
+}
+
+func (d *fakeDocker) called(prefix string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, c := range d.calls {
+		if strings.HasPrefix(c, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// fakeNodeReader reports a fake cluster's nodes, found through the
+// kubeconfig's cluster name, as Ready.
+type fakeNodeReader struct{ kind *fakeKind }
+
+func (r fakeNodeReader) Nodes(_ context.Context, kubeconfig []byte) ([]NodeStatus, error) {
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	name := strings.TrimPrefix(cfg.Contexts[cfg.CurrentContext].Cluster, "kind-")
+	c, ok := r.kind.cluster(name)
+	if !ok {
+		return nil, fmt.Errorf("connection refused")
+	}
+	var out []NodeStatus
+	for _, n := range c.nodes {
+		out = append(out, NodeStatus{Name: n.name, Role: n.role, Ready: true, IPs: []string{n.ip}})
+	}
+	return out, nil
+}
+
+var _ = bytes.NewReader

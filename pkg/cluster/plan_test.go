@@ -1,0 +1,176 @@
+package cluster
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestNewPlanGenerated(t *testing.T) {
+	t.Parallel()
+	prefix := "x-"
+	tests := []struct {
+		name    string
+		req     Request
+		want    []string // name kindName network pods svcs, per cluster
+		wantErr string
+	}{
+		{
+			name: "three clusters, one network, Istio's subnets",
+			req:  Request{Clusters: 3},
+			want: []string{
+				"cluster1 cluster1 network-1 10.10.0.0/16 10.255.10.0/24",
+				"cluster2 cluster2 network-1 10.20.0.0/16 10.255.20.0/24",
+				"cluster3 cluster3 network-1 10.30.0.0/16 10.255.30.0/24",
+			},
+		},
+		{
+			name: "networks round-robin",
+			req:  Request{Clusters: 3, Networks: 2},
+			want: []string{
+				"cluster1 cluster1 network-1 10.10.0.0/16 10.255.10.0/24",
+				"cluster2 cluster2 network-2 10.20.0.0/16 10.255.20.0/24",
+				"cluster3 cluster3 network-1 10.30.0.0/16 10.255.30.0/24",
+			},
+		},
+		{
+			name: "env prefixes kind names",
+			req:  Request{Clusters: 2, Env: "ci"},
+			want: []string{
+				"cluster1 ci-cluster1 network-1 10.10.0.0/16 10.255.10.0/24",
+				"cluster2 ci-cluster2 network-1 10.20.0.0/16 10.255.20.0/24",
+			},
+		},
+		{
+			name: "explicit name prefix wins",
+			req:  Request{Clusters: 1, Env: "ci", NamePrefix: &prefix},
+			want: []string{"cluster1 x-cluster1 network-1 10.10.0.0/16 10.255.10.0/24"},
+		},
+		{
+			name: "ipv6 gets distinct v6 subnets",
+			req:  Request{Clusters: 2, IPFamily: IPv6},
+			want: []string{
+				"cluster1 cluster1 network-1 fd00:10:10::/56 fd00:10:255:10::/112",
+				"cluster2 cluster2 network-1 fd00:10:20::/56 fd00:10:255:20::/112",
+			},
+		},
+		{
+			name: "dual stack",
+			req:  Request{Clusters: 2, IPFamily: Dual},
+			want: []string{
+				"cluster1 cluster1 network-1 10.10.0.0/16,fd00:10:10::/56 10.255.10.0/24,fd00:10:255:10::/112",
+				"cluster2 cluster2 network-1 10.20.0.0/16,fd00:10:20::/56 10.255.20.0/24,fd00:10:255:20::/112",
+			},
+		},
+		{
+			name: "twenty-five clusters fit the default subnets",
+			req:  Request{Clusters: MaxGeneratedClusters},
+		},
+		{name: "zero defaults to one", req: Request{}, want: []string{"cluster1 cluster1 network-1 10.10.0.0/16 10.255.10.0/24"}},
+		{name: "negative clusters", req: Request{Clusters: -2}, wantErr: "--clusters must be at least 1, got -2"},
+		{name: "too many clusters", req: Request{Clusters: 26}, wantErr: "at most 25"},
+		{name: "more networks than clusters", req: Request{Clusters: 2, Networks: 3}, wantErr: "--networks 3 exceeds --clusters 2"},
+		{name: "negative networks", req: Request{Clusters: 2, Networks: -1}, wantErr: "--networks must be at least 1"},
+		{name: "negative workers", req: Request{Clusters: 1, Workers: -1}, wantErr: `cluster "cluster1": workers must be 0 or more`},
+		{name: "unknown family", req: Request{Clusters: 1, IPFamily: "v4"}, wantErr: `unknown ipFamily "v4"`},
+		{name: "bad env", req: Request{Clusters: 1, Env: "My_Env"}, wantErr: `environment name "My_Env"`},
+		{name: "kind name too long", req: Request{Clusters: 1, Env: strings.Repeat("e", 45)}, wantErr: "at most 49 characters"},
+		{name: "registry port", req: Request{Clusters: 1, Registry: Registry{Enabled: true, Port: 70000}}, wantErr: "registry port 70000"},
+		{name: "topology and count disagree", req: Request{Clusters: 2, Specs: []Spec{{Name: "a"}}}, wantErr: "--clusters 2 conflicts with a topology of 1"},
+		{name: "topology and networks", req: Request{Networks: 2, Specs: []Spec{{Name: "a"}}}, wantErr: "--networks conflicts with a topology"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := NewPlan(tt.req)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.want == nil {
+				if len(p.Clusters) != tt.req.Clusters {
+					t.Fatalf("got %d clusters, want %d", len(p.Clusters), tt.req.Clusters)
+				}
+				return
+			}
+			var got []string
+			for _, c := range p.Clusters {
+				got = append(got, strings.Join([]string{c.Name, c.KindName, c.Network, strings.Join(c.PodSubnets, ","), strings.Join(c.ServiceSubnets, ",")}, " "))
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestNewPlanReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	_, err := NewPlan(Request{Specs: []Spec{
+		{Name: "a", PodSubnet: "10.10.0.0/16", ServiceSubnet: "bogus"},
+		{Name: "b", PodSubnet: "10.10.0.0/16", PrimaryClusterName: "zzz"},
+	}})
+	ipe, ok := err.(*InvalidPlanError)
+	if !ok {
+		t.Fatalf("want *InvalidPlanError, got %T %v", err, err)
+	}
+	for _, want := range []string{`cluster "a": serviceSubnet "bogus" is not a CIDR`, `cluster "b": primaryClusterName "zzz"`, `cluster "a": podSubnet 10.10.0.0/16 overlaps cluster "b"`} {
+		found := false
+		for _, p := range ipe.Problems {
+			found = found || strings.Contains(p, want)
+		}
+		if !found {
+			t.Errorf("problems %q lack %q", ipe.Problems, want)
+		}
+	}
+}
+
+func TestKindConfig(t *testing.T) {
+	t.Parallel()
+	p, err := NewPlan(Request{Clusters: 2, Networks: 2, Workers: 2, IPFamily: Dual, Image: "meshctl/node:v1.34.4", Registry: Registry{Enabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := p.KindConfig(p.Clusters[1])
+	if cfg.Name != "cluster2" || cfg.Networking.IPFamily != "dual" || cfg.Networking.PodSubnet != "10.20.0.0/16,fd00:10:20::/56" {
+		t.Errorf("networking: %+v", cfg.Networking)
+	}
+	if len(cfg.Nodes) != 3 || cfg.Nodes[0].Role != "control-plane" || cfg.Nodes[2].Role != "worker" {
+		t.Fatalf("nodes: %+v", cfg.Nodes)
+	}
+	for _, n := range cfg.Nodes {
+		if n.Image != "meshctl/node:v1.34.4" || n.Labels[LabelNetwork] != "network-2" || n.Labels[LabelEnv] != "default" {
+			t.Errorf("node %+v", n)
+		}
+	}
+	if len(cfg.ContainerdConfigPatches) != 1 || !strings.Contains(cfg.ContainerdConfigPatches[0], `config_path = "/etc/containerd/certs.d"`) {
+		t.Errorf("registry patch: %q", cfg.ContainerdConfigPatches)
+	}
+	p.Registry.Enabled = false
+	if cfg := p.KindConfig(p.Clusters[0]); len(cfg.ContainerdConfigPatches) != 0 {
+		t.Errorf("patch without registry: %q", cfg.ContainerdConfigPatches)
+	}
+}
+
+func TestDiff(t *testing.T) {
+	t.Parallel()
+	p, _ := NewPlan(Request{Clusters: 1})
+	have := p.Clusters[0]
+	want := have
+	if d := Diff(have, want); len(d) != 0 {
+		t.Fatalf("identical plans differ: %v", d)
+	}
+	want.Workers = 2
+	want.Network = "network-9"
+	want.PodSubnets = []string{"10.99.0.0/16"}
+	got := strings.Join(Diff(have, want), "; ")
+	for _, w := range []string{"network: network-1 → network-9", "podSubnets: 10.10.0.0/16 → 10.99.0.0/16", "workers: 0 → 2"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("diff %q lacks %q", got, w)
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package cluster
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const topologyDir = "../../testdata/topology"
+
+// invalidFixtures maps every invalid-* fixture to what its error must say:
+// the cluster and the field at fault.
+var invalidFixtures = map[string][]string{
+	"invalid-overlapping-pod-subnets.json":     {`cluster "one"`, "podSubnet 10.10.0.0/16 overlaps cluster \"two\" podSubnet 10.10.128.0/17"},
+	"invalid-overlapping-service-subnets.json": {`cluster "one"`, "serviceSubnet 10.255.10.0/24 overlaps cluster \"two\" serviceSubnet"},
+	"invalid-pod-overlaps-own-services.json":   {`cluster "one"`, "podSubnet 10.10.0.0/16 overlaps its own serviceSubnet 10.10.1.0/24"},
+	"invalid-cidr.json":                        {`cluster "one"`, `podSubnet "10.10.0.0/33" is not a CIDR`},
+	"invalid-not-network-address.json":         {`cluster "one"`, "not a network address (did you mean 10.10.0.0/16?)"},
+	"invalid-duplicate-name.json":              {`cluster "twin"`, "duplicate cluster name"},
+	"invalid-name.json":                        {`cluster "Cluster_One"`, "not a DNS-1123 label"},
+	"invalid-ip-family.json":                   {`cluster "one"`, `unknown ipFamily "ipv5"`},
+	"invalid-family-mismatch.json":             {`cluster "one"`, "podSubnet \"10.10.0.0/16\" does not fit ipFamily dual"},
+	"invalid-missing-primary.json":             {`cluster "remote"`, `primaryClusterName "nowhere" is not a cluster`},
+	"invalid-primary-is-remote.json":           {`cluster "c"`, `primaryClusterName "b" is itself a remote`},
+	"invalid-negative-workers.json":            {`cluster "one"`, "workers must be 0 or more, got -1"},
+	"invalid-unknown-key.json":                 {`entry 0 (cluster "one")`, "unknown key(s) podSubent"},
+	"invalid-camel-snake-conflict.json":        {"clusterName is given twice"},
+	"invalid-not-an-array.json":                {"want an array of cluster entries"},
+	"invalid-no-clusters.json":                 {"no Kubernetes clusters"},
+	"invalid-missing-name.json":                {"entry 0", "clusterName is required"},
+	"invalid-pod-subnet-too-small.json":        {`cluster "one"`, "podSubnet 10.10.0.0/28 is too small"},
+	"invalid-service-subnet-too-large.json":    {`cluster "one"`, "serviceSubnet 10.128.0.0/9 is too large"},
+	"invalid-network-name.json":                {`cluster "one"`, `network "not a label!" is not a valid label value`},
+	"invalid-workers-type.json":                {`cluster "one"`, "workers: want a whole number"},
+}
+
+func loadPlan(path string) (*Plan, error) {
+	specs, err := LoadTopology(path)
+	if err != nil {
+		return nil, err
+	}
+	return NewPlan(Request{Specs: specs, Registry: Registry{Enabled: true}})
+}
+
+func TestTopologyFixtures(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join(topologyDir, "*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures in %s: %v", topologyDir, err)
+	}
+	seen := map[string]bool{}
+	for _, f := range files {
+		name := filepath.Base(f)
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			plan, err := loadPlan(f)
+			switch {
+			case strings.HasPrefix(name, "valid-"):
+				if err != nil {
+					t.Fatalf("valid fixture rejected: %v", err)
+				}
+				if len(plan.Clusters) == 0 {
+					t.Fatal("valid fixture planned no clusters")
+				}
+			case strings.HasPrefix(name, "invalid-"):
+				want, ok := invalidFixtures[name]
+				if !ok {
+					t.Fatalf("invalid fixture %s has no expected error in invalidFixtures", name)
+				}
+				if err == nil {
+					t.Fatalf("invalid fixture accepted: %+v", plan)
+				}
+				for _, w := range want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q\ndoes not contain %q", err, w)
+					}
+				}
+			default:
+				t.Fatalf("fixture %s is neither valid-* nor invalid-*", name)
+			}
+		})
+		seen[name] = true
+	}
+	for name := range invalidFixtures {
+		if !seen[name] {
+			t.Errorf("expected fixture %s is missing", name)
+		}
+	}
+}
+
+func TestParseTopologyIstioFixture(t *testing.T) {
+	t.Parallel()
+	// The shared fixture every tool of this project must accept.
+	plan, err := loadPlan("../../../shared/testdata/multicluster-3.json")
+	if errors.Is(err, os.ErrNotExist) {
+		plan, err = loadPlan(filepath.Join(topologyDir, "valid-istio-multicluster-3.json"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		name, network, primary string
+		roles                  string
+		pods, svcs             string
+	}{
+		{"primary", "network-1", "primary", "primary", "10.10.0.0/16", "10.255.10.0/24"},
+		{"remote", "network-1", "primary", "remote", "10.20.0.0/16", "10.255.20.0/24"},
+		{"cross-network-primary", "network-2", "cross-network-primary", "primary", "10.30.0.0/16", "10.255.30.0/24"},
+	}
+	if len(plan.Clusters) != len(want) {
+		t.Fatalf("got %d clusters, want %d", len(plan.Clusters), len(want))
+	}
+	for i, w := range want {
+		c := plan.Clusters[i]
+		got := []string{c.Name, c.Network, c.PrimaryClusterName, strings.Join(c.Roles, ","), strings.Join(c.PodSubnets, ","), strings.Join(c.ServiceSubnets, ",")}
+		exp := []string{w.name, w.network, w.primary, w.roles, w.pods, w.svcs}
+		if strings.Join(got, " ") != strings.Join(exp, " ") {
+			t.Errorf("cluster %d = %v, want %v", i, got, exp)
+		}
+	}
+}
+
+func TestParseTopologyForms(t *testing.T) {
+	t.Parallel()
+	snake, err := LoadTopology(filepath.Join(topologyDir, "valid-snake-case.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snake[1].Name != "west" || snake[1].PrimaryClusterName != "east" || snake[1].Network != "network-1" || snake[1].PodSubnet != "10.20.0.0/16" || snake[1].ServiceSubnet != "10.255.20.0/24" {
+		t.Errorf("snake_case aliases not read: %+v", snake[1])
+	}
+	vms, err := LoadTopology(filepath.Join(topologyDir, "valid-skips-vms.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vms) != 1 || vms[0].Kubeconfig != "/tmp/work/primary" {
+		t.Errorf("want the VM skipped and meta.kubeconfig kept, got %+v", vms)
+	}
+	y, err := LoadTopology(filepath.Join(topologyDir, "valid-yaml.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(y) != 2 || y[0].Workers == nil || *y[0].Workers != 1 || y[1].PodSubnet != "10.60.0.0/16" {
+		t.Errorf("YAML topology misread: %+v", y)
+	}
+	if _, err := ParseTopology([]byte("   ")); err == nil || !strings.Contains(err.Error(), "empty topology") {
+		t.Errorf("empty input: got %v", err)
+	}
+	if _, err := LoadTopology("does-not-exist.json"); err == nil || !strings.Contains(err.Error(), "does-not-exist.json") {
+		t.Errorf("missing file: got %v", err)
+	}
+}
