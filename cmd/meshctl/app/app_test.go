@@ -1,0 +1,161 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+const testdata = "../../../testdata"
+
+// run runs meshctl in-process and returns its exit code, stdout and stderr.
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), args, Streams{Out: &out, Err: &errb}, nil)
+	return code, out.String(), errb.String()
+}
+
+func TestDryRunGolden(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		golden string
+		args   []string
+	}{
+		{"up-clusters-3.txt", []string{"up", "--clusters", "3", "--dry-run"}},
+		{"up-clusters-3.json", []string{"up", "--clusters", "3", "--dry-run", "-o", "json"}},
+		{"up-multi-network-dual.yaml", []string{"up", "--clusters", "4", "--networks", "2", "--workers", "1", "--ip-family", "dual", "--image", "meshctl/node:v1.34.4", "--dry-run", "-o", "yaml"}},
+		{"up-ipv6-env.txt", []string{"up", "--clusters", "2", "--ip-family", "ipv6", "--env", "ci", "--registry=false", "--image", "meshctl/node:v1.34.4", "--dry-run"}},
+		{"up-topology-multicluster-3.txt", []string{"up", "--topology", filepath.Join(testdata, "topology/valid-istio-multicluster-3.json"), "--dry-run"}},
+		{"up-topology-external-control-plane.json", []string{"up", "--topology", filepath.Join(testdata, "topology/valid-external-control-plane.json"), "--dry-run", "-o", "json"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.golden, func(t *testing.T) {
+			t.Parallel()
+			code, out, errOut := run(t, tt.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			path := filepath.Join(testdata, "golden", tt.golden)
+			if *update {
+				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./cmd/meshctl/app -update)", err)
+			}
+			if out != string(want) {
+				t.Errorf("output differs from %s (rerun with -update if intended):\n%s", path, out)
+			}
+		})
+	}
+}
+
+// dryRunJSON runs `up --dry-run -o json` and decodes the plan.
+func dryRunJSON(t *testing.T, args ...string) dryRun {
+	t.Helper()
+	code, out, errOut := run(t, append([]string{"up", "--dry-run", "-o", "json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var d dryRun
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	return d
+}
+
+func TestConfigEnvAndFlagsPrecedence(t *testing.T) {
+	cfg := filepath.Join(testdata, "config/valid-config.yaml")
+	d := dryRunJSON(t, "--config", cfg)
+	if d.Env != "ci" || len(d.Clusters) != 4 || d.Registry.Enabled || d.Clusters[1].Network != "network-2" || d.Clusters[0].Workers != 1 || d.Clusters[0].IPFamily != "dual" {
+		t.Errorf("config file not applied: %+v", d)
+	}
+	t.Setenv("MESHCTL_CLUSTERS", "3")
+	t.Setenv("MESHCTL_IP_FAMILY", "ipv6")
+	d = dryRunJSON(t, "--config", cfg)
+	if len(d.Clusters) != 3 || d.Clusters[0].IPFamily != "ipv6" {
+		t.Errorf("environment should beat the config file: %d clusters, %s", len(d.Clusters), d.Clusters[0].IPFamily)
+	}
+	d = dryRunJSON(t, "--config", cfg, "--clusters", "2", "--ip-family", "ipv4")
+	if len(d.Clusters) != 2 || d.Clusters[0].IPFamily != "ipv4" || d.Env != "ci" {
+		t.Errorf("flags should beat the environment: %d clusters, %s, env %s", len(d.Clusters), d.Clusters[0].IPFamily, d.Env)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"up", "--config", filepath.Join(testdata, "config/invalid-config-unknown-key.yaml"), "--dry-run"}, "unknown key(s) cluster-count"},
+		{[]string{"up", "--config", filepath.Join(testdata, "config/invalid-config-not-yaml.yaml"), "--dry-run"}, "invalid-config-not-yaml.yaml"},
+		{[]string{"up", "--config", "missing.yaml", "--dry-run"}, "reading config file missing.yaml"},
+		{[]string{"up", "--clusters", "0", "--networks", "2", "--dry-run"}, "--networks 2 exceeds --clusters 1"},
+		{[]string{"up", "--clusters", "-1", "--dry-run"}, "--clusters must be at least 1"},
+		{[]string{"up", "--ip-family", "ipv7", "--dry-run"}, `cluster "cluster1": unknown ipFamily "ipv7"`},
+		{[]string{"up", "--topology", filepath.Join(testdata, "topology/invalid-overlapping-pod-subnets.json"), "--dry-run"}, `cluster "one": podSubnet 10.10.0.0/16 overlaps`},
+		{[]string{"up", "--dry-run", "-o", "xml"}, `unknown output format "xml"`},
+		{[]string{"up", "extra-arg"}, `unknown command "extra-arg"`},
+		{[]string{"kubeconfig"}, "accepts 1 arg(s)"},
+		{[]string{"up", "--workers", "many"}, `invalid argument "many"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			code, out, errOut := run(t, tt.args...)
+			if code != 1 {
+				t.Errorf("exit %d, want 1", code)
+			}
+			if out != "" {
+				t.Errorf("bad input printed a result: %q", out)
+			}
+			if !strings.Contains(errOut, tt.want) || !strings.HasPrefix(errOut, "ERROR: ") {
+				t.Errorf("stderr %q lacks %q", errOut, tt.want)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	code, out, _ := run(t, "version", "-o", "json")
+	var v map[string]string
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v["version"] == "" || v["go"] == "" {
+		t.Errorf("version: %d %q", code, out)
+	}
+	code, out, _ = run(t, "completion", "bash")
+	if code != 0 || !strings.Contains(out, "__start_meshctl") {
+		t.Errorf("bash completion: %d", code)
+	}
+}
+
+// TestIntegrationNoDockerEngine runs the real provider against a Docker
+// socket that does not exist: one clear error, nothing created.
+func TestIntegrationNoDockerEngine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	if _, err := exec.LookPath("docker"); err != nil {
+		t.Skip("needs the docker CLI (the engine may be absent): not installed")
+	}
+	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no-docker.sock"))
+	code, out, errOut := run(t, "up", "--clusters", "1", "--artifacts", t.TempDir())
+	if code != 1 || out != "" {
+		t.Errorf("exit %d, stdout %q", code, out)
+	}
+	if !strings.Contains(errOut, "ERROR: cannot reach the Docker engine") || !strings.Contains(errOut, "systemctl start docker") {
+		t.Errorf("stderr: %s", errOut)
+	}
+}
