@@ -16,19 +16,36 @@ import (
 // kindProvider adapts kind's cluster.Provider, linked as a library.
 type kindProvider struct {
 	*kindcluster.Provider
+	logger log.Logger
 }
 
 func newKindProvider(logger log.Logger) kindProvider {
-	return kindProvider{kindcluster.NewProvider(
+	return kindProvider{Provider: newKind(logger), logger: logger}
+}
+
+func newKind(logger log.Logger) *kindcluster.Provider {
+	return kindcluster.NewProvider(
 		kindcluster.ProviderWithLogger(logger),
 		// Always Docker: meshctl's registry, network checks and e2e tier
 		// are Docker's; kind would otherwise guess from what is installed.
 		kindcluster.ProviderWithDocker(),
-	)}
+	)
+}
+
+// namer is implemented by loggers that can prefix lines with a name.
+type namer interface {
+	Named(name string, shift int) log.Logger
 }
 
 func (k kindProvider) Create(name string, cfg *v1alpha4.Cluster, kubeconfigPath string, wait time.Duration) error {
-	return k.Provider.Create(name,
+	// Several clusters are created at once: each gets a provider whose log
+	// lines carry the cluster's name, one level down (shown with -v 1) so
+	// that meshctl's own status lines stay readable.
+	provider := k.Provider
+	if n, ok := k.logger.(namer); ok {
+		provider = newKind(n.Named(name, 1))
+	}
+	return provider.Create(name,
 		kindcluster.CreateWithV1Alpha4Config(cfg),
 		// Retained so that meshctl can collect logs of a failed cluster
 		// before it deletes it (unless the user asked to keep it).
