@@ -62,6 +62,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 	f.Bool("recreate", false, "delete and recreate existing clusters that differ from the plan")
 	f.Duration("wait", cluster.DefaultWait, "how long to wait for each control plane to be Ready")
 	f.Bool("registry", true, "run a local registry (localhost:<registry-port>) that every node pulls from")
+	f.String("registry-name", cluster.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")
 	f.String("registry-image", cluster.DefaultRegistryImage, "image of the local registry container")
 	f.Int("registry-port", cluster.DefaultRegistryPort, "host port of the local registry")
 	addOutputFlag(cmd)
@@ -80,6 +81,7 @@ func (g *globals) plan() (*cluster.Plan, error) {
 		Image:    s.GetString("image"),
 		Registry: cluster.Registry{
 			Enabled: s.GetBool("registry"),
+			Name:    s.GetString("registry-name"),
 			Image:   s.GetString("registry-image"),
 			Port:    s.GetInt("registry-port"),
 		},

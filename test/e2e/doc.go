@@ -1,0 +1,14 @@
+// Package e2e is meshctl's end-to-end suite: Ginkgo specs that drive the
+// meshctl binary against real kind clusters on a real Docker engine.
+//
+// It needs a Docker engine and a kind node image that this machine can use
+// without a registry; `make e2e-env` provides both, and `make e2e` runs the
+// suite. Without them every spec is skipped with the reason.
+//
+// Settings (environment variables):
+//
+//	MESHCTL_E2E_IMAGE           node image (default meshctl/node:v1.34.4)
+//	MESHCTL_E2E_REGISTRY_IMAGE  registry image (default meshctl/registry:v3.0.0)
+//	MESHCTL_E2E_TEST_IMAGE      image pushed to the registry (default meshctl/busybox:latest)
+//	MESHCTL_E2E_KEEP            keep the clusters after the suite (debugging)
+package e2e

@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+)
+
+const (
+	env          = "e2e"
+	registryName = "meshctl-e2e-registry"
+	registryPort = "5001"
+)
+
+var _ = Describe("the cluster lifecycle", Ordered, func() {
+	var upArgs []string
+	var res cluster.UpResult
+
+	BeforeAll(func() {
+		upArgs = []string{"up", "--env", env, "--clusters", "2", "--image", suite.image,
+			"--registry-image", suite.registryImage, "--registry-name", registryName, "--registry-port", registryPort}
+		DeferCleanup(func() {
+			if os.Getenv("MESHCTL_E2E_KEEP") != "" {
+				return
+			}
+			// Whatever happened, leave nothing behind.
+			_, _, _ = meshctlResult("down", "--env", env, "--registry", "--registry-name", registryName)
+		})
+	})
+
+	It("creates two clusters in parallel, with a registry", func() {
+		meshctlJSON(&res, upArgs...)
+		Expect(res.Clusters).To(HaveLen(2))
+		for _, c := range res.Clusters {
+			Expect(c.Action).To(Equal(cluster.ActionCreated))
+			Expect(c.KindName).To(Equal(env + "-" + c.Name))
+		}
+		Expect(res.Registry).NotTo(BeNil())
+	})
+
+	It("reports every node Ready, with pod CIDRs from the plan", func() {
+		var st cluster.StatusResult
+		Eventually(func(g Gomega) {
+			meshctlJSON(&st, "status", "--env", env, "--registry-name", registryName)
+			g.Expect(st.Ready).To(BeTrue(), "status: %+v", st)
+		}).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+		Expect(st.Registry).NotTo(BeNil())
+		Expect(st.Registry.Running).To(BeTrue())
+		for i, c := range st.Clusters {
+			Expect(c.PodSubnets).To(Equal([]string{fmt.Sprintf("10.%d.0.0/16", 10*(i+1))}))
+			for _, n := range c.Nodes {
+				Expect(n.PodCIDRs).NotTo(BeEmpty(), "node %s", n.Name)
+				Expect(n.PodCIDRs[0]).To(HavePrefix(fmt.Sprintf("10.%d.", 10*(i+1))))
+			}
+		}
+	})
+
+	It("runs CoreDNS and a test pod in each cluster, from the host kubeconfig", func() {
+		for _, c := range res.Clusters {
+			cs := clientset(c.Kubeconfig)
+			Eventually(func(g Gomega) {
+				pods, err := cs.CoreV1().Pods("kube-system").List(context.Background(), metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(pods.Items).NotTo(BeEmpty())
+				for _, p := range pods.Items {
+					g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "%s/%s", c.Name, p.Name)
+				}
+			}).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+			runPod(cs, "hello", suite.testImage, corev1.PullNever)
+		}
+	})
+
+	It("prints kubeconfigs whose internal address works from another cluster's node", func() {
+		kc := meshctl("kubeconfig", "--env", env, "--internal", "cluster1")
+		Expect(kc).To(ContainSubstring("current-context: cluster1"))
+		cfg, err := clientcmd.Load([]byte(kc))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(cfg.Clusters["cluster1"].Server).To(MatchRegexp(`^https://\d+\.\d+\.\d+\.\d+:6443$`))
+		// From inside cluster2's control-plane container, on the kind
+		// network: how one cluster's control plane reaches another's API.
+		node := env + "-cluster2-control-plane"
+		out, err := dockerStdin(kc, "exec", "-i", node, "sh", "-c", "cat > /tmp/cluster1.kubeconfig")
+		Expect(err).NotTo(HaveOccurred(), out)
+		out, err = docker("exec", node, "kubectl", "--kubeconfig", "/tmp/cluster1.kubeconfig", "get", "nodes", "-o", "name")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("node/" + env + "-cluster1-control-plane"))
+		host := meshctl("kubeconfig", "--env", env, "cluster2")
+		Expect(host).To(ContainSubstring("server: https://127.0.0.1:"))
+	})
+
+	It("pulls an image pushed to the local registry", func() {
+		ref := "localhost:" + registryPort + "/meshctl-e2e/busybox:e2e"
+		out, err := docker("tag", suite.testImage, ref)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Eventually(func() error {
+			out, err = docker("push", ref)
+			if err != nil {
+				return fmt.Errorf("%w: %s", err, out)
+			}
+			return nil
+		}).WithTimeout(time.Minute).Should(Succeed())
+		for _, c := range res.Clusters {
+			cs := clientset(c.Kubeconfig)
+			cm, err := cs.CoreV1().ConfigMaps("kube-public").Get(context.Background(), "local-registry-hosting", metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(cm.Data["localRegistryHosting.v1"]).To(ContainSubstring("localhost:" + registryPort))
+			runPod(cs, "from-registry", ref, corev1.PullAlways)
+		}
+	})
+
+	It("reuses the environment when up runs again", func() {
+		var again cluster.UpResult
+		meshctlJSON(&again, upArgs...)
+		for _, c := range again.Clusters {
+			Expect(c.Action).To(Equal(cluster.ActionReused), c.Name)
+		}
+		Expect(again.Registry.Action).To(Equal(cluster.ActionReused))
+		_, errOut, err := meshctlResult(append(upArgs, "--workers", "1")...)
+		Expect(err).To(HaveOccurred())
+		Expect(errOut).To(ContainSubstring("workers: 0 → 1"))
+	})
+
+	It("lists the environment", func() {
+		var all []cluster.Existing
+		meshctlJSON(&all, "list")
+		var ours []string
+		for _, e := range all {
+			if e.Env() == env {
+				ours = append(ours, e.Record.Cluster.Name)
+			}
+		}
+		Expect(ours).To(ConsistOf("cluster1", "cluster2"))
+	})
+
+	It("leaves no container, network or kubeconfig behind after down", func() {
+		var down cluster.DownResult
+		meshctlJSON(&down, "down", "--env", env, "--registry", "--registry-name", registryName)
+		Expect(down.Deleted).To(ConsistOf(env+"-cluster1", env+"-cluster2"))
+		out, err := docker("ps", "-a", "--filter", "label=io.x-k8s.kind.cluster", "--format", "{{.Names}}")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).NotTo(ContainSubstring(env + "-cluster"))
+		out, _ = docker("ps", "-a", "--filter", "name=^"+registryName+"$", "--format", "{{.Names}}")
+		Expect(strings.TrimSpace(out)).To(BeEmpty())
+		if strings.TrimSpace(func() string { o, _ := docker("ps", "-aq", "--filter", "label=io.x-k8s.kind.cluster"); return o }()) == "" {
+			out, _ = docker("network", "ls", "--filter", "name=^kind$", "--format", "{{.Name}}")
+			Expect(strings.TrimSpace(out)).To(BeEmpty(), "the kind network outlived the last cluster")
+		}
+		for _, c := range res.Clusters {
+			Expect(c.Kubeconfig).NotTo(BeAnExistingFile())
+			Expect(c.InternalKubeconfig).NotTo(BeAnExistingFile())
+		}
+		var again cluster.DownResult
+		meshctlJSON(&again, "down", "--env", env)
+		Expect(again.Deleted).To(BeEmpty())
+	})
+})
+
+func clientset(kubeconfig string) *kubernetes.Clientset {
+	GinkgoHelper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	Expect(err).NotTo(HaveOccurred())
+	cs, err := kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	return cs
+}
+
+// runPod runs a pod that prints and exits, and waits for it to succeed.
+func runPod(cs *kubernetes.Clientset, name, image string, pull corev1.PullPolicy) {
+	GinkgoHelper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "main", Image: image, ImagePullPolicy: pull,
+				Command: []string{"sh", "-c", "echo meshctl-e2e-ok"},
+			}},
+		},
+	}
+	_, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	Eventually(func(g Gomega) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "pod %s: %+v", name, p.Status)
+	}).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
+}
+
+func dockerStdin(stdin string, args ...string) (string, error) {
+	cmd := execCommand("docker", args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
