@@ -72,6 +72,13 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 // plan builds and validates the plan from flags, environment and files.
 func (g *globals) plan() (*cluster.Plan, error) {
 	s := g.settings
+	// 0 means "not given" to the library (a topology sets the count); a 0
+	// the user did give is a mistake worth saying so.
+	for _, k := range []string{"clusters", "networks"} {
+		if s.IsSet(k) && s.GetInt(k) < 1 {
+			return nil, fmt.Errorf("--%s must be at least 1, got %d", k, s.GetInt(k))
+		}
+	}
 	req := cluster.Request{
 		Env:      s.GetString("env"),
 		Clusters: s.GetInt("clusters"),
