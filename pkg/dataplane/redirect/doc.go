@@ -1,0 +1,16 @@
+// Package redirect installs the in-pod traffic redirection of Istio ambient
+// inside one pod's network namespace, with nftables over netlink (no nft or
+// iptables binary is needed on the node).
+//
+// Inside the pod, TCP arriving for the pod is redirected to the proxy's
+// inbound plaintext port 15006 and TCP the pod sends out to its outbound
+// capture port 15001; HBONE on 15008 arrives untouched. The proxy marks its
+// own sockets 0x539 (under mask 0xfff), which is what keeps its upstream
+// connections from being captured again. Kubelet probes are exempt by source
+// address: upstream's node agent SNATs them to 169.254.7.127 on the host, so
+// the same default keeps a pod's probes working whichever agent set it up.
+//
+// All rules live in one table of their own, replaced in a single netlink
+// batch, so reapplying after an agent restart never leaves a window in which
+// a running pod's traffic escapes the proxy.
+package redirect

@@ -1,0 +1,180 @@
+package redirect
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
+)
+
+// arrival is one accepted connection: which listener got it and where the
+// client believed it was going.
+type arrival struct {
+	listener string
+	origDst  netip.AddrPort
+	origErr  error
+}
+
+// listen opens a TCP listener inside ns that reports every accept.
+func listen(t *testing.T, ns *os.File, name, addr string, got chan<- arrival) {
+	t.Helper()
+	var ln net.Listener
+	err := netnstest.Do(ns, func() error {
+		var err error
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("listen %s on %s: %v", name, addr, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			od, oerr := OriginalDestination(c.(*net.TCPConn))
+			got <- arrival{listener: name, origDst: od, origErr: oerr}
+			c.Close()
+		}
+	}()
+}
+
+// dial connects from inside ns, optionally from src and with SO_MARK mark.
+func dial(ns *os.File, dst string, src string, mark int) error {
+	return netnstest.Do(ns, func() error {
+		d := net.Dialer{Timeout: 2 * time.Second}
+		if src != "" {
+			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
+		}
+		if mark != 0 {
+			d.Control = func(_, _ string, rc syscall.RawConn) error {
+				var serr error
+				err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, mark) })
+				return errors.Join(err, serr)
+			}
+		}
+		c, err := d.Dial("tcp", dst)
+		if err != nil {
+			return fmt.Errorf("dial %s: %w", dst, err)
+		}
+		return c.Close()
+	})
+}
+
+func TestIntegrationRedirectRealTraffic(t *testing.T) {
+	netnstest.Require(t)
+	pod, peer := netnstest.New(t), netnstest.New(t)
+	if err := netnstest.Veth(pod, "eth0", netip.MustParsePrefix("10.99.0.1/24"),
+		peer, "peer0", netip.MustParsePrefix("10.99.0.2/24")); err != nil {
+		t.Fatal(err)
+	}
+	// The peer plays the node too: kubelet probes come from the probe
+	// address, which the pod routes back over eth0.
+	err := netnstest.Do(peer, func() error { return netnstest.AddrAdd("peer0", netip.MustParsePrefix("169.254.7.127/32")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = netnstest.Do(pod, func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		_, dst, _ := net.ParseCIDR("169.254.7.127/32")
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	got := make(chan arrival, 8)
+	listen(t, pod, "outbound", ":15001", got)
+	listen(t, pod, "inbound", ":15006", got)
+	listen(t, pod, "hbone", ":15008", got)
+	listen(t, pod, "app", ":8080", got)
+	listen(t, peer, "remote", "10.99.0.2:80", got)
+
+	r := New()
+	for range 2 { // applying twice must be harmless: agent restarts do it
+		if err := r.Apply(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := r.Installed(pod); err != nil || !ok {
+		t.Fatalf("Installed = %v, %v", ok, err)
+	}
+
+	cases := []struct {
+		name      string
+		from      *os.File
+		dst, src  string
+		mark      int
+		listener  string
+		wantOrig  string // empty: not redirected, no SO_ORIGINAL_DST to check
+		afterRemv bool
+	}{
+		{name: "pod outbound is captured", from: pod, dst: "10.99.0.2:80", listener: "outbound", wantOrig: "10.99.0.2:80"},
+		{name: "proxy's marked socket bypasses", from: pod, dst: "10.99.0.2:80", mark: BypassMark, listener: "remote"},
+		{name: "mark bits outside 0xfff do not matter", from: pod, dst: "10.99.0.2:80", mark: 0x1539, listener: "remote"},
+		{name: "pod to itself over loopback stays", from: pod, dst: "127.0.0.1:8080", listener: "app"},
+		{name: "pod to its own IP stays", from: pod, dst: "10.99.0.1:8080", listener: "app"},
+		{name: "inbound plaintext is captured", from: peer, dst: "10.99.0.1:8080", listener: "inbound", wantOrig: "10.99.0.1:8080"},
+		{name: "inbound HBONE is untouched", from: peer, dst: "10.99.0.1:15008", listener: "hbone"},
+		{name: "kubelet probe is exempt", from: peer, dst: "10.99.0.1:8080", src: "169.254.7.127", listener: "app"},
+	}
+	check := func(name string, from *os.File, dst, src string, mark int, listener, wantOrig string) {
+		t.Helper()
+		if err := dial(from, dst, src, mark); err != nil {
+			t.Errorf("%s: %v", name, err)
+			return
+		}
+		select {
+		case a := <-got:
+			if a.listener != listener {
+				t.Errorf("%s: arrived on %s, want %s", name, a.listener, listener)
+			}
+			if wantOrig != "" && (a.origErr != nil || a.origDst.String() != wantOrig) {
+				t.Errorf("%s: SO_ORIGINAL_DST = %v, %v; want %s", name, a.origDst, a.origErr, wantOrig)
+			}
+		case <-time.After(3 * time.Second):
+			t.Errorf("%s: nothing arrived", name)
+		}
+	}
+	for _, c := range cases {
+		check(c.name, c.from, c.dst, c.src, c.mark, c.listener, c.wantOrig)
+	}
+
+	if err := r.Remove(pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Remove(pod); err != nil {
+		t.Fatalf("second Remove: %v", err)
+	}
+	if ok, err := r.Installed(pod); err != nil || ok {
+		t.Fatalf("Installed after Remove = %v, %v", ok, err)
+	}
+	check("after Remove outbound goes direct", pod, "10.99.0.2:80", "", 0, "remote", "")
+	check("after Remove inbound goes direct", peer, "10.99.0.1:8080", "", 0, "app", "")
+}
+
+func TestApplyFailsOnANonNetnsFd(t *testing.T) {
+	t.Parallel()
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := New().Apply(f); err == nil {
+		t.Fatal("Apply on /dev/null succeeded")
+	}
+}
