@@ -471,5 +471,3 @@ func mustURL(method, authority string) *url.URL {
 	}
 	return &url.URL{Scheme: "https", Host: authority, Path: "/"}
 }
-
-

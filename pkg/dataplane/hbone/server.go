@@ -126,8 +126,8 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
 	}
 	info := &connInfo{peer: peer, src: addrPortOf(c.RemoteAddr()), dst: addrPortOf(c.LocalAddr())}
 	s.h2.ServeConn(tc, &http2.ServeConnOpts{
-		Context:    context.WithValue(ctx, connInfoKey{}, info),
-		Handler:    s,
+		Context: context.WithValue(ctx, connInfoKey{}, info),
+		Handler: s,
 		// x/net refuses header lists over this itself (431, before any
 		// handler runs and so without a metric); the handler enforces the
 		// real, smaller limit so that most oversized requests are counted.
