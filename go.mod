@@ -38,6 +38,7 @@ require (
 	k8s.io/api v0.37.2 // indirect
 	k8s.io/apimachinery v0.37.2 // indirect
 	k8s.io/client-go v0.37.2 // indirect
+	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
 	sigs.k8s.io/kind v0.33.0 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
