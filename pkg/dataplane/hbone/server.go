@@ -104,6 +104,9 @@ type connInfoKey struct{}
 // ServeConn runs one inbound HBONE connection to completion.
 func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
 	defer c.Close()
+	// Ending ctx (the workload went away) ends its connections too.
+	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+	defer stop()
 	tc := tls.Server(c, s.tls)
 	hsCtx, cancel := context.WithTimeout(ctx, s.cfg.handshakeTimeout)
 	err := tc.HandshakeContext(hsCtx)
