@@ -271,4 +271,3 @@ func (w *workload) close() {
 	}
 	_ = w.ns.Close()
 }
-
