@@ -1,0 +1,86 @@
+package hbone
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// The ports a node proxy listens on inside each pod's network namespace. A
+// CONNECT to one of them would loop a tunnel back into the proxy itself.
+const (
+	PortOutbound  = 15001
+	PortInbound   = 15006
+	PortHBONE     = 15008
+	maxAuthLength = 64 // "[" + 45-char IPv6 + "]:" + 5-digit port, with slack
+)
+
+// IsSelfCallPort reports whether port belongs to the proxy itself.
+func IsSelfCallPort(port uint16) bool {
+	return port == PortOutbound || port == PortInbound || port == PortHBONE
+}
+
+var errNotIPPort = errors.New("authority is not ip:port")
+
+// ParseAuthority parses a CONNECT :authority, which HBONE requires to be a
+// literal IP and port. Host names, zones, port 0 and non-canonical forms are
+// refused because the server compares the IP with the connection's own
+// destination and a second spelling of the same address would dodge that check.
+func ParseAuthority(s string) (netip.AddrPort, error) {
+	if len(s) == 0 || len(s) > maxAuthLength {
+		return netip.AddrPort{}, fmt.Errorf("authority %q: %w", s, errNotIPPort)
+	}
+	host, portStr, ok := cutPort(s)
+	if !ok {
+		return netip.AddrPort{}, fmt.Errorf("authority %q: %w", s, errNotIPPort)
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil || addr.Zone() != "" {
+		return netip.AddrPort{}, fmt.Errorf("authority %q: %w", s, errNotIPPort)
+	}
+	if addr.Is4In6() {
+		return netip.AddrPort{}, fmt.Errorf("authority %q: IPv4-mapped address: %w", s, errNotIPPort)
+	}
+	// strconv accepts "+80" and leading zeros; a port is plain digits here.
+	if len(portStr) == 0 || len(portStr) > 5 || strings.TrimLeft(portStr, "0123456789") != "" ||
+		(len(portStr) > 1 && portStr[0] == '0') {
+		return netip.AddrPort{}, fmt.Errorf("authority %q: bad port: %w", s, errNotIPPort)
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil || port == 0 {
+		return netip.AddrPort{}, fmt.Errorf("authority %q: bad port: %w", s, errNotIPPort)
+	}
+	ap := netip.AddrPortFrom(addr, uint16(port))
+	if ap.String() != s {
+		return netip.AddrPort{}, fmt.Errorf("authority %q: not canonical (%s): %w", s, ap, errNotIPPort)
+	}
+	return ap, nil
+}
+
+// cutPort splits "host:port" or "[v6]:port" without net.SplitHostPort's
+// leniency about missing brackets.
+func cutPort(s string) (host, port string, ok bool) {
+	if strings.HasPrefix(s, "[") {
+		end := strings.Index(s, "]:")
+		if end < 0 {
+			return "", "", false
+		}
+		host, port = s[1:end], s[end+2:]
+		return host, port, strings.Contains(host, ":")
+	}
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 || strings.Contains(s[:i], ":") {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+// forwardedFor formats the RFC 7239 Forwarded header ztunnel sends.
+func forwardedFor(src netip.Addr) string {
+	if src.Is6() {
+		return `for="[` + src.String() + `]"`
+	}
+	return `for="` + src.String() + `"`
+}

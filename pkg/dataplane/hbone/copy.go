@@ -1,0 +1,91 @@
+package hbone
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const (
+	// An idle tunnel blocks in Read on every side; holding a 64 KiB buffer
+	// there would cost 64 KiB per direction per idle tunnel. A small buffer
+	// is held while idle and a large pooled one borrowed only while data flows.
+	smallBufSize = 2 << 10
+	bigBufSize   = 64 << 10
+)
+
+var bigBufs = sync.Pool{New: func() any { b := make([]byte, bigBufSize); return &b }}
+
+// splice copies src to dst until src ends, flushing after each write when
+// flush is set (an h2 response writer buffers otherwise). It returns the first
+// read error (io.EOF for a clean end) and whether it was a write that failed.
+func splice(dst io.Writer, src io.Reader, flush func(), counter prometheus.Counter) (readErr error, writeFailed bool) {
+	small := make([]byte, smallBufSize)
+	var big *[]byte
+	defer func() {
+		if big != nil {
+			bigBufs.Put(big)
+		}
+	}()
+	for {
+		buf := small
+		if big != nil {
+			buf = *big
+		}
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return werr, true
+			}
+			if flush != nil {
+				flush()
+			}
+			if counter != nil {
+				counter.Add(float64(n))
+			}
+		}
+		if err != nil {
+			return err, false
+		}
+		switch {
+		case big == nil && n == len(small):
+			big = bigBufs.Get().(*[]byte)
+		case big != nil && n < len(buf)/4:
+			bigBufs.Put(big)
+			big = nil
+		}
+	}
+}
+
+// closeWrite half-closes a connection so the peer reads EOF while the other
+// direction keeps flowing; this is how a FIN crosses the tunnel.
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+// reset closes a TCP connection with RST instead of FIN, mirroring a stream
+// reset on the other side of the tunnel.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}
+
+// isReset reports whether err means the peer aborted rather than finished.
+func isReset(err error) bool {
+	return err != nil && !errors.Is(err, io.EOF)
+}
+
+// isConnReset reports a TCP RST from the peer.
+func isConnReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}

@@ -1,0 +1,57 @@
+package hbone
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the HBONE counters one proxy exports on :15020. They are a value
+// the caller registers, not globals, so several proxies (tests, benchmarks)
+// can live in one process.
+type Metrics struct {
+	opened     *prometheus.CounterVec
+	closed     *prometheus.CounterVec
+	sent       *prometheus.CounterVec
+	received   *prometheus.CounterVec
+	handshake  *prometheus.CounterVec
+	rejects    *prometheus.CounterVec
+	h2Errors   *prometheus.CounterVec
+	poolConns  prometheus.Gauge
+	poolDialed prometheus.Counter
+}
+
+// NewMetrics creates the HBONE metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		opened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshctl_hbone_connections_opened_total", Help: "Tunnelled TCP connections opened.",
+		}, []string{"direction"}),
+		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshctl_hbone_connections_closed_total", Help: "Tunnelled TCP connections closed.",
+		}, []string{"direction"}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshctl_hbone_sent_bytes_total", Help: "Bytes sent into tunnels (towards the peer proxy).",
+		}, []string{"direction"}),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshctl_hbone_received_bytes_total", Help: "Bytes received from tunnels.",
+		}, []string{"direction"}),
+		handshake: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshctl_hbone_handshake_failures_total", Help: "Failed HBONE TLS handshakes, by reason.",
+		}, []string{"direction", "reason"}),
+		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshctl_hbone_inbound_rejects_total", Help: "Inbound CONNECT requests refused, by status code and reason.",
+		}, []string{"code", "reason"}),
+		h2Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshctl_hbone_h2_errors_total", Help: "HTTP/2 protocol errors the server refused (stream floods, bad frames), by type.",
+		}, []string{"type"}),
+		poolConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshctl_hbone_pool_connections", Help: "Outbound HBONE h2 connections currently pooled.",
+		}),
+		poolDialed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshctl_hbone_pool_dials_total", Help: "Outbound HBONE h2 connections dialed.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.opened, m.closed, m.sent, m.received, m.handshake, m.rejects, m.h2Errors, m.poolConns, m.poolDialed)
+	}
+	return m
+}

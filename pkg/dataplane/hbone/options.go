@@ -1,0 +1,196 @@
+package hbone
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"log/slog"
+	"net"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+)
+
+// Defaults from DESIGN.md (ztunnel's values).
+const (
+	DefaultMark                 = 0x539
+	defaultStreamsPerConn       = 100
+	defaultStreamWindow         = 4 << 20
+	defaultConnWindow           = 16 << 20
+	defaultUpstreamTimeout      = 10 * time.Second
+	defaultConnectTimeout       = 10 * time.Second
+	defaultHandshakeTimeout     = 10 * time.Second
+	defaultIdleTimeout          = 10 * time.Minute
+	defaultMaxHeaderBytes       = 16 << 10
+	defaultMaxReadFrameSize     = 256 << 10
+	defaultPoolIdleTimeout      = 60 * time.Second
+	defaultServerMaxStreamsConn = 100
+)
+
+// Option configures a Dialer or a Server. Both take the same option type
+// because most settings (trust, metrics, clock, logging) must agree between
+// the two halves of one proxy; options that concern only one side are ignored
+// by the other.
+type Option func(*config)
+
+type config struct {
+	trustDomain      string
+	roots            func() *x509.CertPool
+	certForIP        func(ctx context.Context, dst netip.Addr) (*tls.Certificate, error)
+	certForID        func(ctx context.Context, id identity.Identity) (*tls.Certificate, error)
+	dial             func(ctx context.Context, network, addr string) (net.Conn, error)
+	authorize        func(ctx context.Context, peer identity.Identity, src, dst netip.AddrPort) error
+	allowLoopback    bool
+	metrics          *Metrics
+	log              *slog.Logger
+	now              func() time.Time
+	upstreamTimeout  time.Duration
+	connectTimeout   time.Duration
+	handshakeTimeout time.Duration
+	idleTimeout      time.Duration
+	poolIdleTimeout  time.Duration
+	maxHeaderBytes   int
+	streamsPerConn   int
+	mark             int
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		trustDomain:      "cluster.local",
+		upstreamTimeout:  defaultUpstreamTimeout,
+		connectTimeout:   defaultConnectTimeout,
+		handshakeTimeout: defaultHandshakeTimeout,
+		idleTimeout:      defaultIdleTimeout,
+		poolIdleTimeout:  defaultPoolIdleTimeout,
+		maxHeaderBytes:   defaultMaxHeaderBytes,
+		streamsPerConn:   defaultStreamsPerConn,
+		now:              time.Now,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.metrics == nil {
+		c.metrics = NewMetrics(prometheus.NewRegistry())
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.dial == nil {
+		d := &net.Dialer{Control: markControl(c.mark)}
+		c.dial = d.DialContext
+	}
+	return c
+}
+
+// WithTrustDomain sets the trust domain peers must belong to.
+func WithTrustDomain(td string) Option { return func(c *config) { c.trustDomain = td } }
+
+// WithRoots sets the mesh roots; a function, because roots rotate.
+func WithRoots(roots func() *x509.CertPool) Option { return func(c *config) { c.roots = roots } }
+
+// WithServerCertificates sets how the server finds the certificate of the
+// workload a connection is addressed to, by destination IP.
+func WithServerCertificates(f func(ctx context.Context, dst netip.Addr) (*tls.Certificate, error)) Option {
+	return func(c *config) { c.certForIP = f }
+}
+
+// WithClientCertificates sets how the dialer finds a source workload's certificate.
+func WithClientCertificates(f func(ctx context.Context, id identity.Identity) (*tls.Certificate, error)) Option {
+	return func(c *config) { c.certForID = f }
+}
+
+// WithDialContext sets how TCP connections are opened: the dialer uses it for
+// connections to peers, the server for connections to the destination. The
+// proxy passes a function that dials inside the pod's network namespace.
+func WithDialContext(f func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
+	return func(c *config) { c.dial = f }
+}
+
+// WithMark sets SO_MARK on the default dialer's sockets (0 disables), so
+// in-pod redirection rules let the proxy's own traffic pass.
+func WithMark(mark int) Option { return func(c *config) { c.mark = mark } }
+
+// WithAuthorizer sets the inbound policy; an error makes the server answer 401.
+func WithAuthorizer(f func(ctx context.Context, peer identity.Identity, src, dst netip.AddrPort) error) Option {
+	return func(c *config) { c.authorize = f }
+}
+
+// WithAllowLoopback lets CONNECT target loopback addresses. Only tests and
+// benchmarks on 127.0.0.1 want this: in a pod it would expose the pod's
+// localhost-only services to the mesh.
+func WithAllowLoopback(allow bool) Option { return func(c *config) { c.allowLoopback = allow } }
+
+// WithMetrics sets the metrics to update.
+func WithMetrics(m *Metrics) Option { return func(c *config) { c.metrics = m } }
+
+// WithLogger sets the structured logger.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// WithClock sets the time source for certificate validity checks.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// WithTimeouts sets the connect (dialer: TCP+TLS+CONNECT response), upstream
+// dial (server) and idle (no streams on an h2 connection) timeouts; zero keeps
+// a default.
+func WithTimeouts(connect, upstream, idle time.Duration) Option {
+	return func(c *config) {
+		if connect > 0 {
+			c.connectTimeout, c.handshakeTimeout = connect, connect
+		}
+		if upstream > 0 {
+			c.upstreamTimeout = upstream
+		}
+		if idle > 0 {
+			c.idleTimeout, c.poolIdleTimeout = idle, idle
+		}
+	}
+}
+
+// WithMaxHeaderBytes limits the size of a CONNECT request's headers.
+func WithMaxHeaderBytes(n int) Option { return func(c *config) { c.maxHeaderBytes = n } }
+
+// WithStreamsPerConn sets how many tunnels the dialer multiplexes on one h2
+// connection before opening another.
+func WithStreamsPerConn(n int) Option { return func(c *config) { c.streamsPerConn = n } }
+
+func markControl(mark int) func(network, address string, rc syscall.RawConn) error {
+	if mark == 0 {
+		return nil
+	}
+	return func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_MARK, mark)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}
+}
+
+// MarkControl returns a net.Dialer/ListenConfig Control function that sets
+// SO_MARK, for callers that build their own dialers.
+func MarkControl(mark int) func(network, address string, rc syscall.RawConn) error {
+	return markControl(mark)
+}
+
+func addrPortOf(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap
+}
+
+func rawCerts(certs []*x509.Certificate) [][]byte {
+	out := make([][]byte, len(certs))
+	for i, c := range certs {
+		out[i] = c.Raw
+	}
+	return out
+}

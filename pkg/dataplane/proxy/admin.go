@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/netip"
+	"sort"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/meshctl/meshctl/pkg/dataplane/certs"
+)
+
+// ConfigDump is what /config_dump returns.
+type ConfigDump struct {
+	Workloads    []WorkloadDump   `json:"workloads"`
+	Certificates []certs.CertDump `json:"certificates"`
+}
+
+// WorkloadDump describes one served pod.
+type WorkloadDump struct {
+	UID            string       `json:"uid"`
+	Name           string       `json:"name"`
+	Namespace      string       `json:"namespace"`
+	ServiceAccount string       `json:"serviceAccount"`
+	Identity       string       `json:"identity"`
+	Addresses      []netip.Addr `json:"addresses"`
+	Listeners      []string     `json:"listeners"`
+}
+
+// Dump returns the proxy's current configuration.
+func (p *Proxy) Dump() ConfigDump {
+	p.mu.Lock()
+	d := ConfigDump{Workloads: []WorkloadDump{}, Certificates: p.certs.Dump()}
+	for _, w := range p.workloads {
+		wd := WorkloadDump{UID: w.uid, Name: w.name, Namespace: w.namespace, ServiceAccount: w.serviceAccount,
+			Identity: w.id.String(), Addresses: w.addrs, Listeners: []string{}}
+		for _, ln := range w.listeners {
+			if ln != nil {
+				wd.Listeners = append(wd.Listeners, ln.Addr().String())
+			}
+		}
+		d.Workloads = append(d.Workloads, wd)
+	}
+	p.mu.Unlock()
+	sort.Slice(d.Workloads, func(i, j int) bool { return d.Workloads[i].UID < d.Workloads[j].UID })
+	return d
+}
+
+func (p *Proxy) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /config_dump", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(p.Dump())
+	})
+	return mux
+}
+
+func (p *Proxy) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// readyHandler answers 200 once the first snapshot has been applied: before
+// that, pods on this node may have no listeners yet.
+func (p *Proxy) readyHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if !p.ready.Load() {
+			http.Error(w, "waiting for the first workload snapshot", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return mux
+}

@@ -1,0 +1,103 @@
+package proxy
+
+import (
+	"log/slog"
+	"net/netip"
+
+	"github.com/meshctl/meshctl/pkg/dataplane/certs"
+	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
+	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+)
+
+// Ports, as ztunnel's port table.
+const (
+	PortAdmin     = 15000
+	PortOutbound  = hbone.PortOutbound
+	PortInbound   = hbone.PortInbound
+	PortHBONE     = hbone.PortHBONE
+	PortMetrics   = 15020
+	PortReadiness = 15021
+)
+
+// Route is where an outbound connection goes over HBONE.
+type Route struct {
+	Gateway  netip.AddrPort    // destination ip:15008, or an east-west gateway
+	Identity identity.Identity // expected server identity; zero = any in the trust domain
+}
+
+// Option configures a Proxy.
+type Option func(*options)
+
+type options struct {
+	events       WorkloadEvents
+	trustDomain  string
+	fetcher      certs.Fetcher
+	certs        *certs.Manager
+	adminAddr    string
+	metricsAddr  string
+	readyAddr    string
+	ports        [3]int // outbound, inbound, hbone
+	mark         int
+	resolve      func(dst netip.AddrPort) (Route, bool)
+	meshCIDRs    []netip.Prefix
+	log          *slog.Logger
+	hboneOptions []hbone.Option
+}
+
+func defaults() options {
+	return options{
+		trustDomain: "cluster.local",
+		adminAddr:   "127.0.0.1:15000",
+		metricsAddr: ":15020",
+		readyAddr:   ":15021",
+		ports:       [3]int{PortOutbound, PortInbound, PortHBONE},
+		mark:        hbone.DefaultMark,
+		log:         slog.New(slog.DiscardHandler),
+	}
+}
+
+// WithWorkloadEvents sets where pods come from (the ZDS client, adapted).
+func WithWorkloadEvents(e WorkloadEvents) Option { return func(o *options) { o.events = e } }
+
+// WithTrustDomain sets the mesh trust domain.
+func WithTrustDomain(td string) Option { return func(o *options) { o.trustDomain = td } }
+
+// WithFetcher sets how certificates are obtained (CSRs in a cluster).
+func WithFetcher(f certs.Fetcher) Option { return func(o *options) { o.fetcher = f } }
+
+// WithCertificateManager shares an existing manager (tests, benchmarks).
+func WithCertificateManager(m *certs.Manager) Option { return func(o *options) { o.certs = m } }
+
+// WithAddresses sets the admin, metrics and readiness listen addresses; an
+// empty string disables that server. Admin should stay on localhost: it
+// shows certificates.
+func WithAddresses(admin, metrics, readiness string) Option {
+	return func(o *options) { o.adminAddr, o.metricsAddr, o.readyAddr = admin, metrics, readiness }
+}
+
+// WithPorts overrides the in-pod ports (outbound, inbound, HBONE); tests that
+// run several "pods" in one namespace use 0 for ephemeral ports.
+func WithPorts(outbound, inbound, hboneP int) Option {
+	return func(o *options) { o.ports = [3]int{outbound, inbound, hboneP} }
+}
+
+// WithMark sets the SO_MARK of the proxy's own sockets (0 disables).
+func WithMark(mark int) Option { return func(o *options) { o.mark = mark } }
+
+// WithResolver decides, per original destination, whether and where to use
+// HBONE; destinations it declines are passed through as plain TCP.
+func WithResolver(f func(dst netip.AddrPort) (Route, bool)) Option {
+	return func(o *options) { o.resolve = f }
+}
+
+// WithMeshCIDRs sends destinations in these prefixes over HBONE to
+// <dst-ip>:15008 when no resolver claims them (typically the pod CIDRs).
+func WithMeshCIDRs(p ...netip.Prefix) Option { return func(o *options) { o.meshCIDRs = p } }
+
+// WithLogger sets the structured logger; its handler's level is the verbosity.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithHBONEOptions passes options to every HBONE dialer and server.
+func WithHBONEOptions(opts ...hbone.Option) Option {
+	return func(o *options) { o.hboneOptions = append(o.hboneOptions, opts...) }
+}

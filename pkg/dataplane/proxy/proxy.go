@@ -1,0 +1,182 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/meshctl/meshctl/pkg/dataplane/certs"
+	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
+)
+
+// Proxy is one node proxy.
+type Proxy struct {
+	opts     options
+	certs    *certs.Manager
+	ownCerts bool
+	reg      *prometheus.Registry
+	metrics  *hbone.Metrics
+	wlGauge  prometheus.Gauge
+	ready    atomic.Bool
+
+	mu        sync.Mutex
+	workloads map[string]*workload
+	seen      map[string]bool // UIDs added or kept in the current session
+}
+
+// New builds a Proxy; WithFetcher or WithCertificateManager is required.
+func New(opts ...Option) (*Proxy, error) {
+	o := defaults()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	p := &Proxy{opts: o, reg: prometheus.NewRegistry(), workloads: map[string]*workload{}}
+	switch {
+	case o.certs != nil:
+		p.certs = o.certs
+	case o.fetcher != nil:
+		p.certs, p.ownCerts = certs.New(o.fetcher, certs.WithLogger(o.log)), true
+	default:
+		return nil, errors.New("proxy: WithFetcher or WithCertificateManager is required")
+	}
+	p.metrics = hbone.NewMetrics(p.reg)
+	p.wlGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "meshctl_proxy_workloads", Help: "Pods the proxy serves."})
+	p.reg.MustRegister(p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return p, nil
+}
+
+// Run builds a Proxy from opts and runs it until ctx ends; it is the entry
+// point the meshctl binary calls for the node proxy.
+func Run(ctx context.Context, opts ...Option) error {
+	p, err := New(opts...)
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
+}
+
+// Run serves admin, metrics and readiness and consumes workload events until
+// ctx ends, then removes every workload.
+func (p *Proxy) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	servers := []struct {
+		addr string
+		h    http.Handler
+	}{
+		{p.opts.adminAddr, p.adminHandler()},
+		{p.opts.metricsAddr, p.metricsHandler()},
+		{p.opts.readyAddr, p.readyHandler()},
+	}
+	for _, s := range servers {
+		if s.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", s.addr)
+		if err != nil {
+			return fmt.Errorf("proxy: listen %s: %w", s.addr, err)
+		}
+		srv := &http.Server{Handler: s.h, ReadHeaderTimeout: 10 * time.Second}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = srv.Serve(ln) }()
+		context.AfterFunc(ctx, func() { _ = srv.Close() })
+	}
+	defer wg.Wait()
+	defer p.removeAll()
+	if p.ownCerts {
+		defer p.certs.Close()
+	}
+	if p.opts.events == nil {
+		p.ready.Store(true)
+		<-ctx.Done()
+		return nil
+	}
+	backoff := 500 * time.Millisecond
+	for {
+		p.beginSession()
+		err := p.opts.events.Run(ctx, func(ev WorkloadEvent) error { return p.handle(ctx, ev) })
+		if ctx.Err() != nil {
+			return nil
+		}
+		// The agent restarted or the socket broke: keep serving what we
+		// have and reconcile against the next snapshot.
+		p.opts.log.Warn("workload events ended; reconnecting", "err", err, "retry", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 15*time.Second)
+	}
+}
+
+func (p *Proxy) beginSession() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen = map[string]bool{}
+}
+
+func (p *Proxy) handle(ctx context.Context, ev WorkloadEvent) error {
+	p.opts.log.Debug("workload event", "kind", ev.Kind.String(), "uid", ev.UID, "pod", ev.Namespace+"/"+ev.Name)
+	switch ev.Kind {
+	case EventAdd:
+		return p.addWorkload(ctx, ev)
+	case EventKeep:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if _, ok := p.workloads[ev.UID]; !ok {
+			return fmt.Errorf("keep %s: unknown workload", ev.UID)
+		}
+		p.seen[ev.UID] = true
+		return nil
+	case EventDel:
+		p.removeWorkload(ev.UID)
+		return nil
+	case EventSnapshotSent:
+		p.mu.Lock()
+		var stale []string
+		for uid := range p.workloads {
+			if !p.seen[uid] {
+				stale = append(stale, uid)
+			}
+		}
+		p.mu.Unlock()
+		for _, uid := range stale {
+			p.opts.log.Info("removing workload missing from snapshot", "uid", uid)
+			p.removeWorkload(uid)
+		}
+		p.ready.Store(true)
+		return nil
+	}
+	return fmt.Errorf("unknown workload event %d", ev.Kind)
+}
+
+// resolve decides how an outbound connection to dst travels.
+func (p *Proxy) resolve(dst netip.AddrPort) (Route, bool) {
+	if p.opts.resolve != nil {
+		if r, ok := p.opts.resolve(dst); ok {
+			return r, true
+		}
+	}
+	for _, pfx := range p.opts.meshCIDRs {
+		if pfx.Contains(dst.Addr()) {
+			return Route{Gateway: netip.AddrPortFrom(dst.Addr(), PortHBONE)}, true
+		}
+	}
+	return Route{}, false
+}
+
+// Logger returns the proxy's logger, for adapters that want to log in the
+// same stream.
+func (p *Proxy) Logger() *slog.Logger { return p.opts.log }

@@ -1,0 +1,273 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/meshctl/meshctl/pkg/dataplane/certs"
+	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
+	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/podnet"
+)
+
+// workload is one pod the proxy serves: its namespace, identity, listeners.
+type workload struct {
+	uid, name, namespace, serviceAccount string
+	id                                   identity.Identity
+	ns                                   *podnet.Namespace
+	addrs                                []netip.Addr
+	listeners                            [3]net.Listener // outbound, inbound, hbone
+	dialer                               *hbone.Dialer
+	cancel                               context.CancelFunc
+	wg                                   sync.WaitGroup
+}
+
+func (p *Proxy) addWorkload(ctx context.Context, ev WorkloadEvent) error {
+	p.mu.Lock()
+	if _, ok := p.workloads[ev.UID]; ok {
+		// A re-sent pod (new snapshot after an agent restart): keep the
+		// listeners we have; the duplicate fd is not needed.
+		p.seen[ev.UID] = true
+		p.mu.Unlock()
+		if ev.Netns != nil {
+			_ = ev.Netns.Close()
+		}
+		return nil
+	}
+	p.mu.Unlock()
+	if ev.UID == "" || ev.Namespace == "" || ev.ServiceAccount == "" {
+		if ev.Netns != nil {
+			_ = ev.Netns.Close()
+		}
+		return fmt.Errorf("add workload %q: uid, namespace and service account are required", ev.UID)
+	}
+	w := &workload{
+		uid: ev.UID, name: ev.Name, namespace: ev.Namespace, serviceAccount: ev.ServiceAccount,
+		id: identity.New(p.opts.trustDomain, ev.Namespace, ev.ServiceAccount),
+	}
+	if ev.Netns != nil {
+		w.ns = podnet.New(ev.Netns)
+	}
+	if err := p.startWorkload(ctx, w); err != nil {
+		w.close()
+		return fmt.Errorf("add workload %s/%s: %w", ev.Namespace, ev.Name, err)
+	}
+	p.mu.Lock()
+	p.workloads[w.uid] = w
+	if p.seen != nil {
+		p.seen[w.uid] = true
+	}
+	p.wlGauge.Set(float64(len(p.workloads)))
+	p.mu.Unlock()
+	p.opts.log.Info("workload added", "pod", w.namespace+"/"+w.name, "uid", w.uid, "identity", w.id.String(), "addrs", w.addrs)
+	return nil
+}
+
+func (p *Proxy) startWorkload(ctx context.Context, w *workload) error {
+	addrs, err := w.ns.Addrs()
+	if err != nil {
+		return err
+	}
+	w.addrs = addrs
+	p.certs.Track(w.id, certs.Pod{Namespace: w.namespace, Name: w.name, UID: w.uid})
+
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return w.ns.DialContext(ctx, &net.Dialer{Control: hbone.MarkControl(p.opts.mark)}, network, addr)
+	}
+	common := append([]hbone.Option{
+		hbone.WithTrustDomain(p.opts.trustDomain),
+		hbone.WithRoots(p.certs.Roots),
+		hbone.WithMetrics(p.metrics),
+		hbone.WithLogger(p.opts.log),
+		hbone.WithDialContext(dial),
+	}, p.opts.hboneOptions...)
+	w.dialer, err = hbone.NewDialer(append(common, hbone.WithClientCertificates(p.certs.Certificate))...)
+	if err != nil {
+		return err
+	}
+	server, err := hbone.NewServer(append(common, hbone.WithServerCertificates(func(ctx context.Context, dst netip.Addr) (*tls.Certificate, error) {
+		return p.certForIP(ctx, w, dst)
+	}))...)
+	if err != nil {
+		return err
+	}
+	for i, port := range p.opts.ports {
+		// Listen on the wildcard: REDIRECT rewrites the destination to the
+		// address of the interface the packet came in on.
+		ln, err := w.ns.Listen(ctx, &net.ListenConfig{}, "tcp", net.JoinHostPort("", strconv.Itoa(port)))
+		if err != nil {
+			return err
+		}
+		w.listeners[i] = ln
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.cancel = cancel
+	w.wg.Add(3)
+	go func() { defer w.wg.Done(); p.acceptLoop(wctx, w, w.listeners[0], p.outbound) }()
+	go func() { defer w.wg.Done(); p.acceptLoop(wctx, w, w.listeners[1], p.inboundPlaintext) }()
+	go func() { defer w.wg.Done(); _ = server.Serve(wctx, w.listeners[2]) }()
+	return nil
+}
+
+// certForIP picks the certificate of the workload that owns dst; a listener
+// in a pod's namespace falls back to that pod (its address may not be known,
+// e.g. on loopback in tests).
+func (p *Proxy) certForIP(ctx context.Context, self *workload, dst netip.Addr) (*tls.Certificate, error) {
+	p.mu.Lock()
+	owner := self
+	for _, w := range p.workloads {
+		for _, a := range w.addrs {
+			if a == dst {
+				owner = w
+			}
+		}
+	}
+	p.mu.Unlock()
+	return p.certs.Certificate(ctx, owner.id)
+}
+
+func (p *Proxy) acceptLoop(ctx context.Context, w *workload, ln net.Listener, handle func(context.Context, *workload, net.Conn)) {
+	context.AfterFunc(ctx, func() { _ = ln.Close() })
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+			defer stop()
+			handle(ctx, w, c)
+		}()
+	}
+}
+
+// outbound handles a connection captured by the pod's OUTPUT REDIRECT.
+func (p *Proxy) outbound(ctx context.Context, w *workload, c net.Conn) {
+	defer c.Close()
+	dst, err := originalDst(c)
+	if err != nil {
+		p.opts.log.Debug("outbound without original destination", "src", c.RemoteAddr(), "err", err)
+		return
+	}
+	if dst == addrPort(c.LocalAddr()) {
+		return // a direct connection to 15001 would loop forever
+	}
+	route, ok := p.resolve(dst)
+	if !ok {
+		p.passthrough(ctx, w, c, dst)
+		return
+	}
+	src := addrPort(c.RemoteAddr()).Addr()
+	err = w.dialer.Proxy(ctx, hbone.Target{
+		Source: w.id, SourceAddr: src, Gateway: route.Gateway, Destination: dst, Peer: route.Identity,
+		Baggage: "k8s.namespace.name=" + w.namespace + ",k8s.pod.name=" + w.name,
+	}, c)
+	if err != nil {
+		p.opts.log.Debug("outbound tunnel failed", "pod", w.namespace+"/"+w.name, "dst", dst, "err", err)
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // the client sees a reset, as with no proxy
+		}
+	}
+}
+
+// inboundPlaintext handles a connection captured by the pod's PREROUTING
+// REDIRECT (a non-mesh client): it is delivered to the original destination.
+func (p *Proxy) inboundPlaintext(ctx context.Context, w *workload, c net.Conn) {
+	defer c.Close()
+	dst, err := originalDst(c)
+	if err != nil || hbone.IsSelfCallPort(dst.Port()) {
+		return
+	}
+	p.passthrough(ctx, w, c, dst)
+}
+
+func (p *Proxy) passthrough(ctx context.Context, w *workload, c net.Conn, dst netip.AddrPort) {
+	dctx, cancel := context.WithTimeout(ctx, hboneDialTimeout)
+	up, err := w.ns.DialContext(dctx, &net.Dialer{Control: hbone.MarkControl(p.opts.mark)}, "tcp", dst.String())
+	cancel()
+	if err != nil {
+		p.opts.log.Debug("passthrough dial failed", "dst", dst, "err", err)
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(up, c)
+		halfClose(up)
+		close(done)
+	}()
+	_, _ = io.Copy(c, up)
+	halfClose(c)
+	<-done
+}
+
+const hboneDialTimeout = 10 * time.Second // DESIGN.md's upstream dial timeout
+
+func halfClose(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+}
+
+func addrPort(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}
+
+func (p *Proxy) removeWorkload(uid string) {
+	p.mu.Lock()
+	w, ok := p.workloads[uid]
+	delete(p.workloads, uid)
+	p.wlGauge.Set(float64(len(p.workloads)))
+	p.mu.Unlock()
+	if !ok {
+		return
+	}
+	w.close()
+	p.certs.Untrack(w.id, w.uid)
+	p.opts.log.Info("workload removed", "pod", w.namespace+"/"+w.name, "uid", uid)
+}
+
+func (p *Proxy) removeAll() {
+	p.mu.Lock()
+	uids := make([]string, 0, len(p.workloads))
+	for uid := range p.workloads {
+		uids = append(uids, uid)
+	}
+	p.mu.Unlock()
+	for _, uid := range uids {
+		p.removeWorkload(uid)
+	}
+}
+
+// close stops the listeners, ends the workload's connections and releases
+// its namespace.
+func (w *workload) close() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+	for _, ln := range w.listeners {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+	w.wg.Wait()
+	if w.dialer != nil {
+		_ = w.dialer.Close()
+	}
+	_ = w.ns.Close()
+}
