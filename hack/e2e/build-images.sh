@@ -59,21 +59,28 @@ iptables_bundle() {
     IPT_DIR=$WORK/iptables
     local r=$WORK/rootfs-ipt
     mkdir -p "$r" "$IPT_DIR"
-    tar -C "$r" -xf "$ROOTFS_TAR" ./usr/sbin ./usr/lib ./usr/bin ./lib ./lib64 ./etc 2>/dev/null || tar -C "$r" -xf "$ROOTFS_TAR"
-    local bins="/usr/sbin/xtables-nft-multi /usr/sbin/xtables-legacy-multi /usr/sbin/nft /usr/sbin/conntrack /usr/bin/ip /usr/sbin/ip"
+    tar -C "$r" -xf "$ROOTFS_TAR"
+    # every binary and library, by its canonical path (usr-merged) and as the symlink name used
     local files
-    files=$(chroot "$r" /bin/sh -c "for b in $bins; do [ -e \$b ] || continue; echo \$b; ldd \$b | grep -o '/[^ ]*'; done" | sort -u)
-    local f; for f in $files; do (cd "$r" && cp -a --parents "${f#/}" "$IPT_DIR/") ; [ -L "$r$f" ] && (cd "$r" && cp -a --parents "$(realpath -m --relative-to=/ "$(chroot "$r" readlink -f "$f")")" "$IPT_DIR/"); done
-    (cd "$r" && cp -a --parents usr/lib/x86_64-linux-gnu/xtables "$IPT_DIR/" && cp -a --parents etc/ethertypes etc/protocols etc/services "$IPT_DIR/" 2>/dev/null) || true
-    [ -e "$r/lib64" ] && cp -a "$r/lib64" "$IPT_DIR/" ; [ -L "$r/lib" ] && cp -a "$r/lib" "$IPT_DIR/"
+    files=$(chroot "$r" /bin/sh -ec '
+      canon() { echo "$(readlink -f "$(dirname "$1")")/$(basename "$1")"; readlink -f "$1"; }
+      for b in /usr/sbin/xtables-nft-multi /usr/sbin/xtables-legacy-multi /usr/sbin/nft /usr/sbin/conntrack /usr/bin/ip /usr/sbin/ip; do
+        [ -e "$b" ] || continue
+        canon "$b"
+        for l in $(ldd "$b" | grep -o "/[^ ]*"); do canon "$l"; done
+        for l in /usr/lib/x86_64-linux-gnu/xtables/*.so; do for m in $(ldd "$l" | grep -o "/[^ ]*"); do canon "$m"; done; done
+      done' | sort -u) || die "cannot list iptables files in the node rootfs"
+    local f
+    for f in $files; do (cd "$r" && cp -a --parents "${f#/}" "$IPT_DIR/"); done
+    (cd "$r" && cp -a --parents usr/lib/x86_64-linux-gnu/xtables "$IPT_DIR/")
+    (cd "$r" && for f in etc/ethertypes etc/protocols etc/services; do [ -e "$f" ] && cp -a --parents "$f" "$IPT_DIR/"; done; true)
+    ln -s usr/lib "$IPT_DIR/lib"; ln -s usr/lib64 "$IPT_DIR/lib64"; ln -s usr/sbin "$IPT_DIR/sbin"
     local t
     for t in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
       ln -sf xtables-nft-multi "$IPT_DIR/usr/sbin/$t"
+      ln -sf xtables-nft-multi "$IPT_DIR/usr/sbin/${t/tables/tables-nft}"
+      ln -sf xtables-legacy-multi "$IPT_DIR/usr/sbin/${t/tables/tables-legacy}"
     done
-    for t in iptables-legacy iptables-legacy-save iptables-legacy-restore ip6tables-legacy ip6tables-legacy-save ip6tables-legacy-restore; do
-      ln -sf xtables-legacy-multi "$IPT_DIR/usr/sbin/$t"
-    done
-    [ -e "$r/usr/sbin/iptables-nft" ] || true
     rm -rf "$r"
   fi
   cp -a "$IPT_DIR"/. "$d/"

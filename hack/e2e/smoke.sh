@@ -53,7 +53,7 @@ check() { # $1 cluster name, $2 kubeconfig
   for n in $nodes; do
     "${k[@]}" run "bb$i" --image="$BUSYBOX_IMAGE" --image-pull-policy=Never --restart=Never \
       --overrides="{\"apiVersion\":\"v1\",\"spec\":{\"nodeName\":\"$n\",\"tolerations\":[{\"operator\":\"Exists\"}]}}" \
-      --command -- sh -c 'httpd -f -p 8080 -h /tmp & sleep 3600' >/dev/null
+      --command -- sh -c 'echo ok >/tmp/index.html; httpd -f -p 8080 -h /tmp & sleep 3600' >/dev/null
     i=$((i+1))
   done
   "${k[@]}" wait --for=condition=Ready pod --all --timeout=120s || { "${k[@]}" describe pods; die "$1: busybox pods not Ready"; }
@@ -62,8 +62,7 @@ check() { # $1 cluster name, $2 kubeconfig
     || die "$1: DNS lookup through CoreDNS failed"
   local ip
   for ip in $("${k[@]}" get pods -o jsonpath='{.items[*].status.podIP}'); do
-    "${k[@]}" exec bb0 -- wget -q -T 5 -O /dev/null "http://$ip:8080/" 2>&1 | grep -qv . || true
-    "${k[@]}" exec bb0 -- ping -c 1 -W 3 "$ip" >/dev/null || die "$1: pod bb0 cannot reach pod $ip"
+    [ "$("${k[@]}" exec bb0 -- wget -q -T 5 -O - "http://$ip:8080/")" = ok ] || die "$1: pod bb0 cannot reach pod $ip:8080"
   done
   log "$1: nodes Ready, CoreDNS ready, busybox pods run, DNS and pod-to-pod work"
 }
