@@ -190,24 +190,16 @@ else
     | jq 'del(.process.rlimits)' >"$r/etc/containerd/cri-base.json" || die "cannot generate cri-base.json with ctr oci spec"
   sed -i -e "s#sandbox_image = .*#sandbox_image = \"registry.k8s.io/pause:$PAUSE_VERSION\"#" \
          -e 's/restrict_oom_score_adj = false/restrict_oom_score_adj = true/' "$r/etc/containerd/config.toml"
-  cat >>"$r/etc/containerd/config.toml" <<'TOML'
-
-# meshctl: runc through a wrapper that drops CAP_SYS_RESOURCE and negative oomScoreAdj when the
-# capability bounding set lacks CAP_SYS_RESOURCE (a pass-through elsewhere)
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-  BinaryName = "/usr/local/sbin/runc-nocap-sysresource"
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.test-handler.options]
-  BinaryName = "/usr/local/sbin/runc-nocap-sysresource"
-TOML
-  # containerd 1.6 parses duplicate tables as an error: merge by rewriting the options tables
-  python3 - "$r/etc/containerd/config.toml" <<'PY'
-import sys,re
-p=sys.argv[1]; s=open(p).read()
-head,tail=s.split("\n# meshctl:",1)
-for rt in ("runc","test-handler"):
-    hdr='[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s.options]\n' % rt
-    head=head.replace(hdr, hdr+'    BinaryName = "/usr/local/sbin/runc-nocap-sysresource"\n',1)
-open(p,"w").write(head.rstrip()+"\n")
+  # runc through a wrapper that drops CAP_SYS_RESOURCE and a negative oomScoreAdj when the
+  # capability bounding set lacks CAP_SYS_RESOURCE (a pass-through elsewhere)
+  python3 - "$r/etc/containerd/config.toml" <<'PY' || die "cannot patch containerd config.toml"
+import sys
+p = sys.argv[1]; s = open(p).read()
+for rt in ("runc", "test-handler"):
+    hdr = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s.options]\n' % rt
+    assert hdr in s, hdr
+    s = s.replace(hdr, hdr + '    BinaryName = "/usr/local/sbin/runc-nocap-sysresource"\n', 1)
+open(p, "w").write(s)
 PY
   # containerd's unit asks for OOMScoreAdjust=-999, which needs CAP_SYS_RESOURCE
   mkdir -p "$r/etc/systemd/system/containerd.service.d"
