@@ -2,7 +2,7 @@
 # Build the non-Kubernetes binaries the node image and the host need, from the Go module proxy,
 # CGO_ENABLED=0, cached by version under $CACHE/bin/<name>-<version>:
 #   etcd, coredns, registry (distribution v3), kindnetd (our stand-in, hack/e2e/gomod/k8s/kindnetd),
-#   pause (static C from the k8s.io/kubernetes module download).
+#   pause (static C from the k8s.io/kubernetes module download), local-path-provisioner (optional).
 # Usage: build-extras.sh [etcd|coredns|registry|kindnetd|pause ...]   (default: all)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -64,10 +64,21 @@ build_pause() {
   mv "$out.tmp" "$out"
 }
 
-what=("$@"); [ ${#what[@]} -gt 0 ] || what=(pause kindnetd etcd coredns registry)
+build_local_path_provisioner() {
+  # optional: kind's default StorageClass; a failure only warns
+  if (gomod_build "$BIN/local-path-provisioner-$LPP_VERSION" github.com/rancher/local-path-provisioner "$LPP_VERSION" \
+      github.com/rancher/local-path-provisioner "-X main.VERSION=$LPP_VERSION"); then
+    ln -sf "local-path-provisioner-$LPP_VERSION" "$BIN/local-path-provisioner"
+  else
+    log "WARNING: local-path-provisioner not built; kind's default storage pods will not start (clusters work without)"
+  fi
+}
+
+what=("$@"); [ ${#what[@]} -gt 0 ] || what=(pause kindnetd etcd coredns registry local-path-provisioner)
 for w in "${what[@]}"; do
   case "$w" in
     etcd|coredns|registry|kindnetd|pause) phase "build-$w" "build_$w" ;;
+    local-path-provisioner) phase "build-$w" build_local_path_provisioner ;;
     *) die "unknown component $w" ;;
   esac
 done

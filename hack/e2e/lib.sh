@@ -9,6 +9,7 @@ COREDNS_VERSION=${COREDNS_VERSION:-v1.12.1}
 PAUSE_VERSION=${PAUSE_VERSION:-3.10.1}
 KIND_VERSION=${KIND_VERSION:-v0.33.0}
 REGISTRY_VERSION=${REGISTRY_VERSION:-v3.0.0}
+LPP_VERSION=${LPP_VERSION:-v0.0.30}   # rancher local-path-provisioner (kind's default storage)
 DEBIAN_SUITE=${DEBIAN_SUITE:-bookworm}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
