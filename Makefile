@@ -5,6 +5,9 @@
 #                  when what they need — root, a Docker engine — is missing)
 #   make bench     benchmarks, side by side in one run
 #   make lint      gofmt + go vet
+#   make e2e-env   Docker engine + offline kind node image (meshctl/node:v1.34.4) + registry image,
+#                  all built from Debian apt and the Go module proxy (hack/e2e/README.md)
+#   make e2e-smoke real kind clusters from that image (kind CLI), checked and deleted
 SHELL := /bin/bash
 GO ?= go
 BIN := _output/bin
@@ -13,7 +16,7 @@ LDFLAGS := -X github.com/meshctl/meshctl/pkg/version.Version=$(VERSION)
 CLUSTERS ?= 3
 UP_FLAGS ?=
 
-.PHONY: all build test unit bench lint up down clean
+.PHONY: all build test unit bench lint up down clean e2e-env e2e-smoke
 all: build
 
 build:
@@ -41,3 +44,9 @@ down: build
 
 clean:
 	rm -rf _output
+
+e2e-env:
+	hack/e2e/e2e-env.sh
+
+e2e-smoke: e2e-env
+	hack/e2e/smoke.sh
