@@ -1,13 +1,13 @@
 # meshctl — build, test, bench, e2e.
 #
-#   make up        build meshctl and run `meshctl up --clusters 3`
-#   make test      unit + integration tests (integration tests skip with a reason
-#                  when what they need — root, a Docker engine — is missing)
+#   make up        build meshctl and run `meshctl up --clusters 3` (on this project's
+#                  registry-less machines: with the offline node image of `make e2e-env`)
+#   make test      lint, unit + integration tests, then the e2e suite (which skips, saying
+#                  why, when `make e2e-env` has not run)
+#   make e2e-env   Docker engine + kind node image + registry image, built offline, cached
+#   make e2e       the e2e suite on real kind clusters (requires e2e-env)
 #   make bench     benchmarks, side by side in one run
 #   make lint      gofmt + go vet
-#   make e2e-env   Docker engine + offline kind node image (meshctl/node:v1.34.4) + registry image,
-#                  all built from Debian apt and the Go module proxy (hack/e2e/README.md)
-#   make e2e-smoke real kind clusters from that image (kind CLI), checked and deleted
 SHELL := /bin/bash
 GO ?= go
 BIN := _output/bin
@@ -15,38 +15,56 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/meshctl/meshctl/pkg/version.Version=$(VERSION)
 CLUSTERS ?= 3
 UP_FLAGS ?=
+K8S_VERSION ?= v1.34.4
+NODE_IMAGE ?= meshctl/node:$(K8S_VERSION)
+REGISTRY_IMAGE ?= meshctl/registry:v3.0.0
+# OFFLINE=1 (default): no registry is reachable here, so `make up` builds and uses the
+# offline node and registry images. OFFLINE= uses kind's stock images instead.
+OFFLINE ?= 1
+ifeq ($(OFFLINE),1)
+UP_DEPS := e2e-env
+UP_IMAGES := --image $(NODE_IMAGE) --registry-image $(REGISTRY_IMAGE)
+endif
+E2E_PKG := ./test/e2e
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/e2e)
 
-.PHONY: all build test unit bench lint up down clean e2e-env e2e-smoke
+.PHONY: all build test unit integration e2e e2e-env e2e-smoke bench lint up down clean
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/meshctl ./cmd/meshctl
 
-test: lint
-	$(GO) test -count=1 ./...
+test: lint integration
+	$(GO) test -count=1 -timeout 40m -v $(E2E_PKG)
 
 unit:
-	$(GO) test -short -count=1 ./...
+	$(GO) test -short -count=1 $(UNIT_PKGS)
+
+integration:
+	$(GO) test -count=1 -timeout 20m $(UNIT_PKGS)
+
+e2e: e2e-env
+	MESHCTL_E2E_REQUIRE=1 $(GO) test -count=1 -timeout 40m -v $(E2E_PKG)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
 
 lint:
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files -o --exclude-standard '*.go' 2>/dev/null)); \
+	@out=$$(gofmt -l $$($(GO) list -f '{{.Dir}}' ./...)); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-up: build
-	$(BIN)/meshctl up --clusters $(CLUSTERS) $(UP_FLAGS)
+up: build $(UP_DEPS)
+	$(BIN)/meshctl up --clusters $(CLUSTERS) $(UP_IMAGES) $(UP_FLAGS)
 
 down: build
-	$(BIN)/meshctl down
-
-clean:
-	rm -rf _output
+	$(BIN)/meshctl down --registry
 
 e2e-env:
 	hack/e2e/e2e-env.sh
 
 e2e-smoke: e2e-env
 	hack/e2e/smoke.sh
+
+clean:
+	rm -rf _output
