@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -231,4 +232,25 @@ func (p *Provider) removeIdleNetwork(ctx context.Context, name string) (bool, er
 		return false, fmt.Errorf("removing docker network %q: %w", name, err)
 	}
 	return true, nil
+}
+
+// Exec runs argv on a node of a kind cluster, with stdin: how other packages
+// (routes, for one) change nodes without knowing kind.
+func (p *Provider) Exec(ctx context.Context, kindName, node string, stdin []byte, argv ...string) error {
+	ns, err := p.kind.ListNodes(kindName)
+	if err != nil {
+		return fmt.Errorf("listing nodes of %s: %w", kindName, err)
+	}
+	for _, n := range ns {
+		if n.String() != node {
+			continue
+		}
+		cmd := n.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.SetStdin(bytes.NewReader(stdin))
+		if err := cmd.Run(); err != nil {
+			return runErr(err)
+		}
+		return nil
+	}
+	return fmt.Errorf("kind cluster %s has no node %s", kindName, node)
 }

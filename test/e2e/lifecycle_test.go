@@ -11,10 +11,12 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/connect"
 )
 
 const (
@@ -78,6 +80,30 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 				}
 			}).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
 			runPod(cs, "hello", suite.testImage, corev1.PullNever)
+		}
+	})
+
+	It("routes pods and services between the clusters of one network", func() {
+		var conn connect.Result
+		meshctlJSON(&conn, "connect", "--env", env)
+		Expect(conn.Nodes).To(HaveLen(2))
+		for _, n := range conn.Nodes {
+			Expect(n.Routes).To(HaveLen(2), "node %s: a pod CIDR and a service CIDR of the peer", n.Node)
+		}
+		server := clientset(res.Clusters[1].Kubeconfig)
+		client := clientset(res.Clusters[0].Kubeconfig)
+		podIP := startWebServer(server, "web")
+		svc, err := server.CoreV1().Services("default").Create(context.Background(), &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "web"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+				Ports: []corev1.ServicePort{{Port: 8080, TargetPort: intstr.FromInt32(8080)}}},
+		}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(svc.Spec.ClusterIP).To(HavePrefix("10.255.20."))
+		for i, target := range []string{podIP, svc.Spec.ClusterIP} {
+			name := fmt.Sprintf("fetch-%d", i)
+			runPodCmd(client, name, suite.testImage, corev1.PullNever, "wget -q -T 5 -O- http://"+target+":8080/")
+			Expect(podLogs(client, name)).To(ContainSubstring("meshctl-e2e-web"), "from cluster1 to %s in cluster2", target)
 		}
 	})
 
@@ -178,6 +204,12 @@ func clientset(kubeconfig string) *kubernetes.Clientset {
 // runPod runs a pod that prints and exits, and waits for it to succeed.
 func runPod(cs *kubernetes.Clientset, name, image string, pull corev1.PullPolicy) {
 	GinkgoHelper()
+	runPodCmd(cs, name, image, pull, "echo meshctl-e2e-ok")
+}
+
+// runPodCmd runs script in a pod and waits for it to succeed.
+func runPodCmd(cs *kubernetes.Clientset, name, image string, pull corev1.PullPolicy, script string) {
+	GinkgoHelper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
@@ -185,7 +217,7 @@ func runPod(cs *kubernetes.Clientset, name, image string, pull corev1.PullPolicy
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{
 				Name: "main", Image: image, ImagePullPolicy: pull,
-				Command: []string{"sh", "-c", "echo meshctl-e2e-ok"},
+				Command: []string{"sh", "-c", script},
 			}},
 		},
 	}
@@ -194,8 +226,42 @@ func runPod(cs *kubernetes.Clientset, name, image string, pull corev1.PullPolicy
 	Eventually(func(g Gomega) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Status.Phase).NotTo(Equal(corev1.PodFailed), "pod %s failed: %s", name, podLogs(cs, name))
 		g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "pod %s: %+v", name, p.Status)
 	}).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
+}
+
+// startWebServer runs busybox httpd in a pod labelled app=NAME and returns
+// the pod's IP once it runs.
+func startWebServer(cs *kubernetes.Clientset, name string) string {
+	GinkgoHelper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "web", Image: suite.testImage, ImagePullPolicy: corev1.PullNever,
+			Command: []string{"sh", "-c", "mkdir -p /www && echo meshctl-e2e-web > /www/index.html && exec httpd -f -p 8080 -h /www"},
+		}}},
+	}
+	_, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	var ip string
+	Eventually(func(g Gomega) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
+		g.Expect(p.Status.PodIP).NotTo(BeEmpty())
+		ip = p.Status.PodIP
+	}).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
+	return ip
+}
+
+func podLogs(cs *kubernetes.Clientset, name string) string {
+	out, err := cs.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+	if err != nil {
+		return "(logs: " + err.Error() + ")"
+	}
+	return string(out)
 }
 
 func dockerStdin(stdin string, args ...string) (string, error) {

@@ -106,6 +106,7 @@ Flags win over environment variables, which win over the config file.`,
 	root.AddCommand(
 		newUpCommand(g),
 		newDownCommand(g),
+		newConnectCommand(g),
 		newListCommand(g),
 		newStatusCommand(g),
 		newKubeconfigCommand(g),

@@ -46,6 +46,11 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 			if err != nil {
 				return err
 			}
+			if g.settings.GetBool("connect") {
+				if _, err := g.connect(cmd.Context()); err != nil {
+					return fmt.Errorf("clusters are up, but connecting them failed (rerun `meshctl connect`): %w", err)
+				}
+			}
 			return print(g.streams.Out, format, res, func(w io.Writer) error { return printUp(w, res) })
 		},
 	}
@@ -61,6 +66,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 	f.Bool("retain", false, "keep clusters whose creation failed, for debugging")
 	f.Bool("recreate", false, "delete and recreate existing clusters that differ from the plan")
 	f.Duration("wait", cluster.DefaultWait, "how long to wait for each control plane to be Ready")
+	f.Bool("connect", true, "route pods and services between clusters on the same network (as `meshctl connect`)")
 	f.Bool("registry", true, "run a local registry (localhost:<registry-port>) that every node pulls from")
 	f.String("registry-name", cluster.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")
 	f.String("registry-image", cluster.DefaultRegistryImage, "image of the local registry container")
