@@ -155,6 +155,8 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 		case e.Env() == env:
 			targets = append(targets, e.Record.Cluster)
 			delete(extra, e.KindName)
+		case e.Error != "" && !extra[e.KindName]:
+			p.logger.Warnf("kind cluster %s: cannot read its meshctl record (%s); if it belongs to environment %q, delete it with `meshctl down %s`", e.KindName, e.Error, env, e.KindName)
 		case extra[e.KindName]:
 			if e.Record != nil && e.Record.Env != env {
 				return nil, fmt.Errorf("kind cluster %s belongs to environment %q, not %q", e.KindName, e.Record.Env, env)
