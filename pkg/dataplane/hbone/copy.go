@@ -14,7 +14,7 @@ const (
 	// An idle tunnel blocks in Read on every side; holding a 64 KiB buffer
 	// there would cost 64 KiB per direction per idle tunnel. A small buffer
 	// is held while idle and a large pooled one borrowed only while data flows.
-	smallBufSize = 2 << 10
+	smallBufSize = 1 << 10
 	bigBufSize   = 64 << 10
 )
 

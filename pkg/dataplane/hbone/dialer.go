@@ -72,7 +72,7 @@ func NewDialer(opts ...Option) (*Dialer, error) {
 		HTTP2: &http.HTTP2Config{
 			MaxReceiveBufferPerConnection: defaultConnWindow,
 			MaxReceiveBufferPerStream:     defaultStreamWindow,
-			MaxReadFrameSize:              defaultMaxReadFrameSize,
+			MaxReadFrameSize:              clientMaxReadFrameSize,
 		},
 	}
 	t2, err := http2.ConfigureTransports(t1)
@@ -80,7 +80,7 @@ func NewDialer(opts ...Option) (*Dialer, error) {
 		return nil, fmt.Errorf("hbone dialer: configure h2: %w", err)
 	}
 	t2.IdleConnTimeout = cfg.poolIdleTimeout
-	t2.MaxReadFrameSize = defaultMaxReadFrameSize
+	t2.MaxReadFrameSize = clientMaxReadFrameSize
 	return &Dialer{cfg: cfg, t2: t2, pool: map[poolKey][]*http2.ClientConn{}}, nil
 }
 
