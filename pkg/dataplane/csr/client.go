@@ -132,4 +132,5 @@ func splitRoots(pemChain []byte) ([]byte, []byte, error) {
 	}
 	return ca.EncodeCertificates(chain), ca.EncodeCertificates(roots), nil
 }
+
 type x509Cert = x509.Certificate

@@ -247,4 +247,5 @@ func hasCondition(obj *certv1.CertificateSigningRequest, t certv1.RequestConditi
 	}
 	return false
 }
+
 type urlT = url.URL
