@@ -471,3 +471,27 @@ func mustURL(method, authority string) *url.URL {
 	}
 	return &url.URL{Scheme: "https", Host: authority, Path: "/"}
 }
+
+// TestConcurrentTunnelsShareOneDial: a burst of tunnels to a cold pool opens
+// one connection, not one per tunnel.
+func TestConcurrentTunnelsShareOneDial(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var wg sync.WaitGroup
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := e.dial(e.echoAddr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			c.Close()
+		}()
+	}
+	wg.Wait()
+	if n := counter(e.cm.poolDialed); n != 1 {
+		t.Errorf("50 concurrent tunnels dialed %v connections, want 1", n)
+	}
+}
