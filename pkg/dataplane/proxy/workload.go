@@ -57,6 +57,7 @@ func (p *Proxy) addWorkload(ctx context.Context, ev WorkloadEvent) error {
 	}
 	if err := p.startWorkload(ctx, w); err != nil {
 		w.close()
+		p.certs.Untrack(w.id, w.uid)
 		return fmt.Errorf("add workload %s/%s: %w", ev.Namespace, ev.Name, err)
 	}
 	p.mu.Lock()
