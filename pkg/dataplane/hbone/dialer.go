@@ -338,11 +338,25 @@ type downstreamBody struct {
 func (b *downstreamBody) Read(p []byte) (int, error) {
 	// A non-EOF error (a downstream RST) is passed on as is: the transport
 	// answers it with RST_STREAM, which is what a downstream abort becomes.
+	// The transport sends each Read as one DATA frame; see maxRecordData.
+	if len(p) > maxRecordData {
+		p = p[:maxRecordData]
+	}
 	n, err := b.conn.Read(p)
 	if n > 0 {
 		b.counter.Add(float64(n))
 	}
 	return n, err
+}
+
+// recordSizedReader caps reads like downstreamBody does, for Dial's pipe.
+type recordSizedReader struct{ *io.PipeReader }
+
+func (r recordSizedReader) Read(p []byte) (int, error) {
+	if len(p) > maxRecordData {
+		p = p[:maxRecordData]
+	}
+	return r.PipeReader.Read(p)
 }
 
 func (b *downstreamBody) Close() error {
@@ -359,7 +373,7 @@ func (b *downstreamBody) Close() error {
 // splicing an accepted socket (interop tests, benchmarks, tools).
 func (d *Dialer) Dial(ctx context.Context, t Target) (net.Conn, error) {
 	pr, pw := io.Pipe()
-	resp, cancel, err := d.roundTrip(ctx, t, pr)
+	resp, cancel, err := d.roundTrip(ctx, t, recordSizedReader{pr})
 	if err != nil {
 		_ = pw.Close()
 		return nil, err
