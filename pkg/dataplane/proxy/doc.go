@@ -12,8 +12,7 @@
 //
 // Not yet done: inbound connections reach the pod from the pod's own address
 // (ztunnel preserves the client's address with IP_TRANSPARENT), there is no
-// policy source for the 401 hook (hbone.WithAuthorizer), and 15006 has no
-// metrics of its own.
+// policy source for the 401 hook (hbone.WithAuthorizer).
 //
 // Entry point: Run(ctx, opts...). In a cluster, certificates come from
 // WithFetcher(csr.NewClient(clientset)).

@@ -218,6 +218,9 @@ func TestIntegrationTwoNodesCapturedOverHBONE(t *testing.T) {
 	if n := metricValue(t, proxyB, "meshctl_hbone_connections_opened_total", "inbound"); n != 1 {
 		t.Errorf("plaintext inbound counted as HBONE: %v", n)
 	}
+	if n := metricValue(t, proxyB, "meshctl_hbone_connections_opened_total", "inbound_plaintext"); n != 1 {
+		t.Errorf("proxy B inbound plaintext connections = %v, want 1", n)
+	}
 
 	// The same over IPv6: SO_ORIGINAL_DST at SOL_IPV6, [v6]:port authority.
 	if got := talk(podA, "[fd00:200:2::2]:8080"); got != "fd00:200:2::2\nover hbone" {
