@@ -18,8 +18,8 @@ import (
 )
 
 // Benchmarks compare, on loopback and side by side: plain TCP, TLS 1.3 only
-// (the same ECDSA P-256 certificates, one handshake per connection) and the
-// HBONE path app → client proxy (Dialer.Proxy on an accepted socket) →
+// (the same ECDSA P-256 certificates, one handshake per connection), TLS 1.3
+// through the same two proxy hops HBONE has (TLS13Proxied), and the HBONE path app → client proxy (Dialer.Proxy on an accepted socket) →
 // mutual TLS + h2 CONNECT → Server → destination. Run with `make bench`.
 
 // transport opens connections to a destination service ("sink" or "echo").
@@ -79,7 +79,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &benchEnv{ca: c, addrs: map[string]map[string]netip.AddrPort{"tcp": {}, "tls": {}, "hbone": {}}}
+	e := &benchEnv{ca: c, addrs: map[string]map[string]netip.AddrPort{"tcp": {}, "tls": {}, "tlsproxy": {}, "hbone": {}}}
 	srvCert, cliCert := issue(b, c, serverID), issue(b, c, clientID)
 	roots := c.RootPool()
 	serve := map[string]func(net.Listener){"sink": func(ln net.Listener) { sink(b, ln) }, "echo": echoOn}
@@ -97,6 +97,19 @@ func newBenchEnv(b *testing.B) *benchEnv {
 			_, err := identity.Verify(rawCerts(cs.PeerCertificates), roots, td, serverID, time.Now())
 			return err
 		}}
+
+	// TLS 1.3 through the same two proxy hops as HBONE, without h2: one TLS
+	// connection per proxied connection. It separates the cost of the hops
+	// from the cost of HBONE's framing.
+	for name := range serve {
+		dst := e.addrs["tcp"][name]
+		back := tls.NewListener(listen(b, "127.0.0.1:0"), tlsServer)
+		go proxyLoop(back, func() (net.Conn, error) { return net.Dial("tcp", dst.String()) })
+		backAddr := back.Addr().String()
+		front := listen(b, "127.0.0.1:0")
+		go proxyLoop(front, func() (net.Conn, error) { return tls.Dial("tcp", backAddr, e.tlsConf) })
+		e.addrs["tlsproxy"][name] = addrPortOf(front.Addr())
+	}
 
 	hln := listen(b, "127.0.0.1:0")
 	startServer(b, hln,
@@ -149,7 +162,32 @@ func (e *benchEnv) transports() []transport {
 			}
 			return c
 		}},
+		{"TLS13Proxied", dialTCP("tlsproxy")},
 		{"HBONE", dialTCP("hbone")},
+	}
+}
+
+// proxyLoop accepts connections and splices each to a new upstream
+// connection, carrying half-closes.
+func proxyLoop(ln net.Listener, dial func() (net.Conn, error)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			up, err := dial()
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			done := make(chan struct{})
+			go func() { _, _ = io.Copy(up, c); closeWriteConn(up); close(done) }()
+			_, _ = io.Copy(c, up)
+			closeWriteConn(c)
+			<-done
+		}()
 	}
 }
 
