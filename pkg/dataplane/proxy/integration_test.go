@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +48,10 @@ func sh(t *testing.T, name string, args ...string) {
 //	      fd00:200:1::2            fd00:200:1::1 | fd00:200:2::1          fd00:200:2::2
 func netnsTopology(t *testing.T) (podA, podB, router string) {
 	t.Helper()
-	podA, podB, router = "mhb-pod-a", "mhb-pod-b", "mhb-router"
+	// Names carry the PID: the same test may run from several checkouts on
+	// one machine at once, and must not tear down another run's namespaces.
+	sfx := strconv.Itoa(os.Getpid())
+	podA, podB, router = "mhb-pod-a-"+sfx, "mhb-pod-b-"+sfx, "mhb-router-"+sfx
 	cleanup := func() {
 		for _, n := range []string{podA, podB, router} {
 			_ = exec.Command("ip", "netns", "del", n).Run()
