@@ -14,8 +14,13 @@ const (
 	// An idle tunnel blocks in Read on every side; holding a 64 KiB buffer
 	// there would cost 64 KiB per direction per idle tunnel. A small buffer
 	// is held while idle and a large pooled one borrowed only while data flows.
-	smallBufSize = 2 << 10
-	bigBufSize   = 64 << 10
+	smallBufSize = 1 << 10
+	// An h2 DATA frame has a 9-byte header and a TLS record carries at most
+	// 16 KiB. Sizing writes so that header plus payload fill whole records
+	// avoids a nearly empty extra record — and an extra syscall — per frame.
+	bigBufSize    = 64<<10 - h2FrameHeader
+	h2FrameHeader = 9
+	maxRecordData = 16<<10 - h2FrameHeader
 )
 
 var bigBufs = sync.Pool{New: func() any { b := make([]byte, bigBufSize); return &b }}

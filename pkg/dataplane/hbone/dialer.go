@@ -48,10 +48,11 @@ func (e *StatusError) Error() string {
 // Dialer opens HBONE tunnels, pooling h2 connections per (source identity,
 // gateway, expected peer): a new tunnel is a new stream, not a new handshake.
 type Dialer struct {
-	cfg  config
-	t2   *http2.Transport
-	mu   sync.Mutex
-	pool map[poolKey][]*http2.ClientConn
+	cfg     config
+	t2      *http2.Transport
+	mu      sync.Mutex
+	pool    map[poolKey][]*http2.ClientConn
+	dialing map[poolKey]chan struct{} // closed when the dial in progress ends
 }
 
 type poolKey struct {
@@ -72,7 +73,7 @@ func NewDialer(opts ...Option) (*Dialer, error) {
 		HTTP2: &http.HTTP2Config{
 			MaxReceiveBufferPerConnection: defaultConnWindow,
 			MaxReceiveBufferPerStream:     defaultStreamWindow,
-			MaxReadFrameSize:              defaultMaxReadFrameSize,
+			MaxReadFrameSize:              clientMaxReadFrameSize,
 		},
 	}
 	t2, err := http2.ConfigureTransports(t1)
@@ -80,8 +81,8 @@ func NewDialer(opts ...Option) (*Dialer, error) {
 		return nil, fmt.Errorf("hbone dialer: configure h2: %w", err)
 	}
 	t2.IdleConnTimeout = cfg.poolIdleTimeout
-	t2.MaxReadFrameSize = defaultMaxReadFrameSize
-	return &Dialer{cfg: cfg, t2: t2, pool: map[poolKey][]*http2.ClientConn{}}, nil
+	t2.MaxReadFrameSize = clientMaxReadFrameSize
+	return &Dialer{cfg: cfg, t2: t2, pool: map[poolKey][]*http2.ClientConn{}, dialing: map[poolKey]chan struct{}{}}, nil
 }
 
 // Close closes every pooled connection; tunnels on them are reset.
@@ -124,30 +125,48 @@ func (d *Dialer) pruneLocked(k poolKey) []*http2.ClientConn {
 }
 
 // clientConn returns a pooled connection with a stream slot reserved for the
-// caller, dialing a new one when every pooled connection is full.
+// caller, dialing a new one when every pooled connection is full. Only one
+// dial per key runs at a time: a burst of new tunnels waits for it instead of
+// opening a connection each, which is the point of the pool.
 func (d *Dialer) clientConn(ctx context.Context, t Target) (*http2.ClientConn, error) {
 	k := poolKey{source: t.Source, peer: t.Peer, gateway: t.Gateway}
-	d.mu.Lock()
-	for _, cc := range d.pruneLocked(k) {
-		st := cc.State()
-		if st.StreamsActive+st.StreamsReserved+st.StreamsPending < d.cfg.streamsPerConn && cc.ReserveNewRequest() {
+	for {
+		d.mu.Lock()
+		for _, cc := range d.pruneLocked(k) {
+			st := cc.State()
+			if st.StreamsActive+st.StreamsReserved+st.StreamsPending < d.cfg.streamsPerConn && cc.ReserveNewRequest() {
+				d.mu.Unlock()
+				return cc, nil
+			}
+		}
+		if wait, ok := d.dialing[k]; ok {
 			d.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("hbone dial %s: %w", t.Gateway, ctx.Err())
+			}
+		}
+		done := make(chan struct{})
+		d.dialing[k] = done
+		d.mu.Unlock()
+
+		cc, err := d.dialConn(ctx, t)
+		d.mu.Lock()
+		delete(d.dialing, k)
+		close(done)
+		if err == nil {
+			d.pool[k] = append(d.pool[k], cc)
+		}
+		d.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if cc.ReserveNewRequest() {
 			return cc, nil
 		}
 	}
-	d.mu.Unlock()
-	cc, err := d.dialConn(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	if !cc.ReserveNewRequest() {
-		_ = cc.Close()
-		return nil, errors.New("hbone: new connection refused a stream")
-	}
-	d.mu.Lock()
-	d.pool[k] = append(d.pool[k], cc)
-	d.mu.Unlock()
-	return cc, nil
 }
 
 func (d *Dialer) dialConn(ctx context.Context, t Target) (*http2.ClientConn, error) {
@@ -319,11 +338,25 @@ type downstreamBody struct {
 func (b *downstreamBody) Read(p []byte) (int, error) {
 	// A non-EOF error (a downstream RST) is passed on as is: the transport
 	// answers it with RST_STREAM, which is what a downstream abort becomes.
+	// The transport sends each Read as one DATA frame; see maxRecordData.
+	if len(p) > maxRecordData {
+		p = p[:maxRecordData]
+	}
 	n, err := b.conn.Read(p)
 	if n > 0 {
 		b.counter.Add(float64(n))
 	}
 	return n, err
+}
+
+// recordSizedReader caps reads like downstreamBody does, for Dial's pipe.
+type recordSizedReader struct{ *io.PipeReader }
+
+func (r recordSizedReader) Read(p []byte) (int, error) {
+	if len(p) > maxRecordData {
+		p = p[:maxRecordData]
+	}
+	return r.PipeReader.Read(p)
 }
 
 func (b *downstreamBody) Close() error {
@@ -340,7 +373,7 @@ func (b *downstreamBody) Close() error {
 // splicing an accepted socket (interop tests, benchmarks, tools).
 func (d *Dialer) Dial(ctx context.Context, t Target) (net.Conn, error) {
 	pr, pw := io.Pipe()
-	resp, cancel, err := d.roundTrip(ctx, t, pr)
+	resp, cancel, err := d.roundTrip(ctx, t, recordSizedReader{pr})
 	if err != nil {
 		_ = pw.Close()
 		return nil, err

@@ -9,6 +9,12 @@
 // ztunnel does (400 bad request, 401 denied, 503 upstream unreachable) and
 // splices the stream to the destination.
 //
+// Known limits, both from x/net's server: a destination that half-closes
+// first ends the stream (END_STREAM followed by RST_STREAM(NO_ERROR)), so
+// data the client is still sending after that is dropped; and header lists
+// over 4× WithMaxHeaderBytes are answered 431 by x/net before the handler
+// runs, so only those between 1× and 4× are counted in the reject metric.
+//
 // The HTTP/2 framing is golang.org/x/net/http2's: a hand-written h2 would be a
 // second, less-reviewed implementation of a protocol with a long CVE history.
 package hbone

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -187,9 +188,7 @@ func TestInboundRejects(t *testing.T) {
 		}
 		return nil
 	}))
-	closed := listen(t, "127.0.0.1:0")
-	closedAddr := addrPortOf(closed.Addr())
-	_ = closed.Close() // nothing listens there any more: the dial fails
+	closedAddr := reservedClosedPort(t)
 	for _, tc := range []struct {
 		name   string
 		dst    netip.AddrPort
@@ -470,4 +469,48 @@ func mustURL(method, authority string) *url.URL {
 		return &url.URL{Host: authority}
 	}
 	return &url.URL{Scheme: "https", Host: authority, Path: "/"}
+}
+
+// TestConcurrentTunnelsShareOneDial: a burst of tunnels to a cold pool opens
+// one connection, not one per tunnel.
+func TestConcurrentTunnelsShareOneDial(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var wg sync.WaitGroup
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := e.dial(e.echoAddr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			c.Close()
+		}()
+	}
+	wg.Wait()
+	if n := counter(e.cm.poolDialed); n != 1 {
+		t.Errorf("50 concurrent tunnels dialed %v connections, want 1", n)
+	}
+}
+
+// reservedClosedPort returns a loopback port that refuses connections and
+// that no other (parallel) test can start listening on meanwhile: a socket
+// is bound to it but never listens.
+func reservedClosedPort(t *testing.T) netip.AddrPort {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(sa.(*syscall.SockaddrInet4).Port))
 }

@@ -23,10 +23,10 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		opened: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshctl_hbone_connections_opened_total", Help: "Tunnelled TCP connections opened.",
+			Name: "meshctl_hbone_connections_opened_total", Help: "TCP connections opened, by direction: inbound and outbound are HBONE tunnels; inbound_plaintext and outbound_passthrough are not.",
 		}, []string{"direction"}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshctl_hbone_connections_closed_total", Help: "Tunnelled TCP connections closed.",
+			Name: "meshctl_hbone_connections_closed_total", Help: "TCP connections closed, by direction (as opened).",
 		}, []string{"direction"}),
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshctl_hbone_sent_bytes_total", Help: "Bytes sent into tunnels (towards the peer proxy).",
@@ -54,4 +54,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.opened, m.closed, m.sent, m.received, m.handshake, m.rejects, m.h2Errors, m.poolConns, m.poolDialed)
 	}
 	return m
+}
+
+// Plain records a connection the proxy carried without HBONE (inbound
+// plaintext on 15006, outbound passthrough), so every connection shows up in
+// the same counters; call the returned function with the byte counts when it
+// ends.
+func (m *Metrics) Plain(direction string) func(sent, received int64) {
+	m.opened.WithLabelValues(direction).Inc()
+	return func(sent, received int64) {
+		m.sent.WithLabelValues(direction).Add(float64(sent))
+		m.received.WithLabelValues(direction).Add(float64(received))
+		m.closed.WithLabelValues(direction).Inc()
+	}
 }

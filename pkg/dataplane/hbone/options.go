@@ -17,16 +17,21 @@ import (
 
 // Defaults from DESIGN.md (ztunnel's values).
 const (
-	DefaultMark                 = 0x539
-	defaultStreamsPerConn       = 100
-	defaultStreamWindow         = 4 << 20
-	defaultConnWindow           = 16 << 20
-	defaultUpstreamTimeout      = 10 * time.Second
-	defaultConnectTimeout       = 10 * time.Second
-	defaultHandshakeTimeout     = 10 * time.Second
-	defaultIdleTimeout          = 10 * time.Minute
-	defaultMaxHeaderBytes       = 16 << 10
-	defaultMaxReadFrameSize     = 256 << 10
+	DefaultMark             = 0x539
+	defaultStreamsPerConn   = 100
+	defaultStreamWindow     = 4 << 20
+	defaultConnWindow       = 16 << 20
+	defaultUpstreamTimeout  = 10 * time.Second
+	defaultConnectTimeout   = 10 * time.Second
+	defaultHandshakeTimeout = 10 * time.Second
+	defaultIdleTimeout      = 10 * time.Minute
+	defaultMaxHeaderBytes   = 16 << 10
+	// The server keeps the 16 KiB default: x/net's client holds a scratch
+	// buffer of the peer's max frame size for every open stream, so a larger
+	// value would cost that much per idle tunnel. Frames towards the client
+	// do not have that cost, so the client accepts large ones.
+	defaultMaxReadFrameSize     = 16 << 10
+	clientMaxReadFrameSize      = 256 << 10
 	defaultPoolIdleTimeout      = 60 * time.Second
 	defaultServerMaxStreamsConn = 100
 )

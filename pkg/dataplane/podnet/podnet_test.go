@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -20,7 +21,9 @@ func TestIntegrationListenInNetns(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces")
 	}
-	name := "meshctl-podnet-test"
+	// PID-suffixed: concurrent runs from other checkouts must not collide.
+	name := "meshctl-podnet-" + strconv.Itoa(os.Getpid())
+	hostIf := "mpn" + strconv.Itoa(os.Getpid())
 	run := func(args ...string) {
 		t.Helper()
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
@@ -31,9 +34,8 @@ func TestIntegrationListenInNetns(t *testing.T) {
 	run("netns", "add", name)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
 	run("-n", name, "link", "set", "lo", "up")
-	_ = exec.Command("ip", "link", "del", "mpodnet0").Run()
-	run("link", "add", "mpodnet0", "type", "veth", "peer", "name", "eth0", "netns", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", "mpodnet0").Run() })
+	run("link", "add", hostIf, "type", "veth", "peer", "name", "eth0", "netns", name)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", hostIf).Run() })
 	run("-n", name, "addr", "add", "10.199.0.5/32", "dev", "eth0")
 	run("-n", name, "link", "set", "eth0", "up")
 

@@ -10,5 +10,10 @@
 // codec of its own: the ZDS client lives in pkg/dataplane/zds and is adapted
 // to this interface, so the proxy does not care how the node agent talks.
 //
-// Entry point: Run(ctx, opts...).
+// Not yet done: inbound connections reach the pod from the pod's own address
+// (ztunnel preserves the client's address with IP_TRANSPARENT), there is no
+// policy source for the 401 hook (hbone.WithAuthorizer).
+//
+// Entry point: Run(ctx, opts...). In a cluster, certificates come from
+// WithFetcher(csr.NewClient(clientset)).
 package proxy

@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,10 +25,12 @@ const testRules = `table inet meshctl_hbone_test {
 	chain prerouting {
 		type nat hook prerouting priority dstnat; policy accept;
 		meta l4proto tcp ip daddr != 127.0.0.1 tcp dport != 15008 meta mark and 0xfff != 0x539 redirect to :15006
+		meta l4proto tcp ip6 daddr != ::1 tcp dport != 15008 meta mark and 0xfff != 0x539 redirect to :15006
 	}
 	chain output {
 		type nat hook output priority -100; policy accept;
 		meta l4proto tcp ip daddr != 127.0.0.0/8 meta mark and 0xfff != 0x539 redirect to :15001
+		meta l4proto tcp ip6 daddr != ::1 meta mark and 0xfff != 0x539 redirect to :15001
 	}
 }
 `
@@ -41,9 +45,13 @@ func sh(t *testing.T, name string, args ...string) {
 // netnsTopology: two pods on two "nodes", joined by a router namespace.
 //
 //	pod-a 10.200.1.2 --veth-- router 10.200.1.1 | 10.200.2.1 --veth-- pod-b 10.200.2.2
+//	      fd00:200:1::2            fd00:200:1::1 | fd00:200:2::1          fd00:200:2::2
 func netnsTopology(t *testing.T) (podA, podB, router string) {
 	t.Helper()
-	podA, podB, router = "mhb-pod-a", "mhb-pod-b", "mhb-router"
+	// Names carry the PID: the same test may run from several checkouts on
+	// one machine at once, and must not tear down another run's namespaces.
+	sfx := strconv.Itoa(os.Getpid())
+	podA, podB, router = "mhb-pod-a-"+sfx, "mhb-pod-b-"+sfx, "mhb-router-"+sfx
 	cleanup := func() {
 		for _, n := range []string{podA, podB, router} {
 			_ = exec.Command("ip", "netns", "del", n).Run()
@@ -64,6 +72,10 @@ func netnsTopology(t *testing.T) (podA, podB, router string) {
 		sh(t, "ip", "-n", pod, "addr", "add", "10.200."+subnet+".2/24", "dev", "eth0")
 		sh(t, "ip", "-n", pod, "link", "set", "eth0", "up")
 		sh(t, "ip", "-n", pod, "route", "add", "default", "via", "10.200."+subnet+".1")
+		// nodad: the address is usable at once instead of after duplicate detection.
+		sh(t, "ip", "-n", router, "addr", "add", "fd00:200:"+subnet+"::1/64", "dev", rIf, "nodad")
+		sh(t, "ip", "-n", pod, "addr", "add", "fd00:200:"+subnet+"::2/64", "dev", "eth0", "nodad")
+		sh(t, "ip", "-n", pod, "-6", "route", "add", "default", "via", "fd00:200:"+subnet+"::1")
 		rules := exec.Command("ip", "netns", "exec", pod, "nft", "-f", "-")
 		rules.Stdin = strings.NewReader(testRules)
 		if out, err := rules.CombinedOutput(); err != nil {
@@ -72,6 +84,7 @@ func netnsTopology(t *testing.T) (podA, podB, router string) {
 	}
 	// Forwarding only inside the router namespace, never on the host.
 	sh(t, "ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	sh(t, "ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
 	return podA, podB, router
 }
 
@@ -105,8 +118,8 @@ func TestIntegrationTwoNodesCapturedOverHBONE(t *testing.T) {
 	}
 	idB := identity.New("cluster.local", "ns-b", "server")
 	resolver := func(dst netip.AddrPort) (Route, bool) {
-		if dst.Addr() == netip.MustParseAddr("10.200.2.2") {
-			return Route{Gateway: netip.MustParseAddrPort("10.200.2.2:15008"), Identity: idB}, true
+		if dst.Addr() == netip.MustParseAddr("10.200.2.2") || dst.Addr() == netip.MustParseAddr("fd00:200:2::2") {
+			return Route{Gateway: netip.AddrPortFrom(dst.Addr(), 15008), Identity: idB}, true
 		}
 		return Route{}, false
 	}
@@ -134,7 +147,7 @@ func TestIntegrationTwoNodesCapturedOverHBONE(t *testing.T) {
 	if err := send(t, sB, WorkloadEvent{Kind: EventAdd, UID: "b", Name: "server", Namespace: "ns-b", ServiceAccount: "server", Netns: openNetns(t, podB)}); err != nil {
 		t.Fatal(err)
 	}
-	if got := proxyB.Dump().Workloads[0].Addresses; len(got) != 1 || got[0].String() != "10.200.2.2" {
+	if got := fmt.Sprint(proxyB.Dump().Workloads[0].Addresses); got != "[10.200.2.2 fd00:200:2::2]" {
 		t.Fatalf("pod b addresses = %v", got)
 	}
 
@@ -208,6 +221,17 @@ func TestIntegrationTwoNodesCapturedOverHBONE(t *testing.T) {
 	}
 	if n := metricValue(t, proxyB, "meshctl_hbone_connections_opened_total", "inbound"); n != 1 {
 		t.Errorf("plaintext inbound counted as HBONE: %v", n)
+	}
+	if n := metricValue(t, proxyB, "meshctl_hbone_connections_opened_total", "inbound_plaintext"); n != 1 {
+		t.Errorf("proxy B inbound plaintext connections = %v, want 1", n)
+	}
+
+	// The same over IPv6: SO_ORIGINAL_DST at SOL_IPV6, [v6]:port authority.
+	if got := talk(podA, "[fd00:200:2::2]:8080"); got != "fd00:200:2::2\nover hbone" {
+		t.Fatalf("pod a → pod b over IPv6: %q", got)
+	}
+	if n := metricValue(t, proxyB, "meshctl_hbone_connections_opened_total", "inbound"); n != 2 {
+		t.Errorf("proxy B inbound tunnels after the IPv6 one = %v, want 2", n)
 	}
 
 	// DelWorkload closes pod B's listeners: captured traffic now fails.

@@ -57,6 +57,7 @@ func (p *Proxy) addWorkload(ctx context.Context, ev WorkloadEvent) error {
 	}
 	if err := p.startWorkload(ctx, w); err != nil {
 		w.close()
+		p.certs.Untrack(w.id, w.uid)
 		return fmt.Errorf("add workload %s/%s: %w", ev.Namespace, ev.Name, err)
 	}
 	p.mu.Lock()
@@ -165,7 +166,7 @@ func (p *Proxy) outbound(ctx context.Context, w *workload, c net.Conn) {
 	}
 	route, ok := p.resolve(dst)
 	if !ok {
-		p.passthrough(ctx, w, c, dst)
+		p.passthrough(ctx, w, c, dst, "outbound_passthrough")
 		return
 	}
 	src := addrPort(c.RemoteAddr()).Addr()
@@ -189,10 +190,10 @@ func (p *Proxy) inboundPlaintext(ctx context.Context, w *workload, c net.Conn) {
 	if err != nil || hbone.IsSelfCallPort(dst.Port()) {
 		return
 	}
-	p.passthrough(ctx, w, c, dst)
+	p.passthrough(ctx, w, c, dst, "inbound_plaintext")
 }
 
-func (p *Proxy) passthrough(ctx context.Context, w *workload, c net.Conn, dst netip.AddrPort) {
+func (p *Proxy) passthrough(ctx context.Context, w *workload, c net.Conn, dst netip.AddrPort, direction string) {
 	dctx, cancel := context.WithTimeout(ctx, hboneDialTimeout)
 	up, err := w.ns.DialContext(dctx, &net.Dialer{Control: hbone.MarkControl(p.opts.mark)}, "tcp", dst.String())
 	cancel()
@@ -201,13 +202,16 @@ func (p *Proxy) passthrough(ctx context.Context, w *workload, c net.Conn, dst ne
 		return
 	}
 	defer up.Close()
+	var sent, received int64
+	end := p.metrics.Plain(direction)
+	defer func() { end(sent, received) }()
 	done := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(up, c)
+		sent, _ = io.Copy(up, c)
 		halfClose(up)
 		close(done)
 	}()
-	_, _ = io.Copy(c, up)
+	received, _ = io.Copy(c, up)
 	halfClose(c)
 	<-done
 }
