@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -171,6 +172,8 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 	for _, c := range targets {
 		res.Deleted = append(res.Deleted, c.KindName)
 	}
+	// The environment's directory goes too when nothing (logs) is left in it.
+	_ = os.Remove(filepath.Join(p.artifacts, env))
 	if o.registry != "" {
 		if _, err := p.docker.Run(ctx, "inspect", "--format", "{{.Id}}", o.registry); err == nil {
 			if _, err := p.docker.Run(ctx, "rm", "--force", "--volumes", o.registry); err != nil {

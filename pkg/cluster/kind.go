@@ -20,7 +20,13 @@ type kindProvider struct {
 }
 
 func newKindProvider(logger log.Logger) kindProvider {
-	return kindProvider{Provider: newKind(logger), logger: logger}
+	// kind's own messages ("Deleted nodes: …") go one level down, shown
+	// with -v 1: meshctl's status lines already say what happens.
+	base := logger
+	if n, ok := logger.(namer); ok {
+		base = n.Named("kind", 1)
+	}
+	return kindProvider{Provider: newKind(base), logger: logger}
 }
 
 func newKind(logger log.Logger) *kindcluster.Provider {
