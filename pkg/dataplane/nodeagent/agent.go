@@ -143,7 +143,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.startInformers(ctx); err != nil {
 		return err
 	}
-	a.restore(ctx)
+	restored := a.restore(ctx)
 
 	ln, err := listenUnix(a.pluginSocket)
 	if err != nil {
@@ -161,7 +161,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("zds server: %w", err)
 		}
 	}()
-	a.log.Info("node agent ready", "node", a.node, "pods", len(a.pods))
+	a.log.Info("node agent ready", "node", a.node, "restored", restored)
 	select {
 	case <-ctx.Done():
 	case err = <-errc:

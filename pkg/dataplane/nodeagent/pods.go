@@ -164,7 +164,8 @@ func (a *Agent) lookupPod(ctx context.Context, namespace, name string) (*corev1.
 // restore brings back the pods meshed before a restart, from the state
 // file and the informer cache. Pods that are gone are forgotten; pods whose
 // netns cannot be reopened are kept (KeepWorkload) rather than dropped.
-func (a *Agent) restore(ctx context.Context) {
+// It returns how many pods it restored.
+func (a *Agent) restore(ctx context.Context) int {
 	recs, err := loadState(a.stateDir)
 	if err != nil {
 		a.log.Warn("restoring meshed pods", "err", err)
@@ -190,6 +191,7 @@ func (a *Agent) restore(ctx context.Context) {
 		}
 	}
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.saveLocked()
-	a.mu.Unlock()
+	return len(a.pods)
 }
