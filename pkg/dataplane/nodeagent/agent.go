@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
+	"github.com/meshctl/meshctl/pkg/dataplane/probesnat"
 	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
 	"github.com/meshctl/meshctl/pkg/dataplane/zds"
 )
@@ -33,6 +35,14 @@ type Redirector interface {
 	Remove(netns *os.File) error
 }
 
+// ProbeSNAT keeps the node-side SNAT that lets kubelet probes through the
+// in-pod rules. *probesnat.SNAT is the real one.
+type ProbeSNAT interface {
+	Setup(pods ...netip.Addr) error
+	AddPod(ips ...netip.Addr) error
+	RemovePod(ips ...netip.Addr) error
+}
+
 // Agent is the node agent.
 type Agent struct {
 	client       kubernetes.Interface
@@ -42,6 +52,7 @@ type Agent struct {
 	zdsSocket    string
 	stateDir     string
 	rules        Redirector
+	probes       ProbeSNAT
 	registerer   prometheus.Registerer
 	zdsTimeout   time.Duration
 	log          *slog.Logger
@@ -88,6 +99,9 @@ func WithStateDir(d string) Option { return func(a *Agent) { a.stateDir = d } }
 // WithRedirector replaces the nftables redirection (tests without root).
 func WithRedirector(r Redirector) Option { return func(a *Agent) { a.rules = r } }
 
+// WithProbeSNAT replaces the node-side probe SNAT (tests without root).
+func WithProbeSNAT(p ProbeSNAT) Option { return func(a *Agent) { a.probes = p } }
+
 // WithRegisterer registers the agent's metrics (ztunnel_connected) there.
 func WithRegisterer(r prometheus.Registerer) Option { return func(a *Agent) { a.registerer = r } }
 
@@ -103,6 +117,7 @@ func New(opts ...Option) *Agent {
 		zdsSocket:    zds.DefaultSocketPath,
 		stateDir:     "/var/run/meshctl/agent",
 		rules:        redirect.New(),
+		probes:       probesnat.New(),
 		registerer:   prometheus.DefaultRegisterer,
 		zdsTimeout:   zds.DefaultTimeout,
 		log:          slog.Default(),
@@ -143,7 +158,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.startInformers(ctx); err != nil {
 		return err
 	}
-	restored := a.restore(ctx)
+	restored, err := a.restore(ctx)
+	if err != nil {
+		return err
+	}
 
 	ln, err := listenUnix(a.pluginSocket)
 	if err != nil {

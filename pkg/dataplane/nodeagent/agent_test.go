@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +59,54 @@ func (r *recordingRules) counts() (applied, removed int) {
 	return len(r.applied), len(r.removed)
 }
 
+// recordingSNAT stands in for the node-side probe SNAT; it keeps the set.
+type recordingSNAT struct {
+	mu     sync.Mutex
+	set    map[netip.Addr]bool
+	setups int
+}
+
+func (r *recordingSNAT) Setup(pods ...netip.Addr) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.setups++
+	r.set = map[netip.Addr]bool{}
+	for _, ip := range pods {
+		r.set[ip] = true
+	}
+	return nil
+}
+
+func (r *recordingSNAT) AddPod(ips ...netip.Addr) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ip := range ips {
+		r.set[ip] = true
+	}
+	return nil
+}
+
+func (r *recordingSNAT) RemovePod(ips ...netip.Addr) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ip := range ips {
+		delete(r.set, ip)
+	}
+	return nil
+}
+
+func (r *recordingSNAT) setupCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.setups
+}
+
+func (r *recordingSNAT) has(ip string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.set[netip.MustParseAddr(ip)]
+}
+
 func namespace(name string, meshed bool) *corev1.Namespace {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
 	if meshed {
@@ -78,6 +127,7 @@ type harness struct {
 	t                   *testing.T
 	client              *fake.Clientset
 	rules               *recordingRules
+	probes              *recordingSNAT
 	dir                 string
 	pluginSock, zdsSock string
 	reg                 *prometheus.Registry
@@ -95,7 +145,7 @@ func newHarness(t *testing.T, objs ...any) *harness {
 		ros = append(ros, o.(runtime.Object))
 	}
 	return &harness{
-		t: t, client: fake.NewClientset(ros...), rules: &recordingRules{}, dir: dir,
+		t: t, client: fake.NewClientset(ros...), rules: &recordingRules{}, probes: &recordingSNAT{}, dir: dir,
 		pluginSock: filepath.Join(dir, "plugin.sock"), zdsSock: filepath.Join(dir, "zds.sock"),
 	}
 }
@@ -106,7 +156,7 @@ func (h *harness) start(opts ...Option) (stop func()) {
 	h.reg = prometheus.NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
 	a := New(append([]Option{
-		WithClient(h.client), WithNodeName(node), WithRedirector(h.rules),
+		WithClient(h.client), WithNodeName(node), WithRedirector(h.rules), WithProbeSNAT(h.probes),
 		WithPluginSocket(h.pluginSock), WithZDSSocket(h.zdsSock), WithStateDir(filepath.Join(h.dir, "state")),
 		WithRegisterer(h.reg), WithZDSTimeout(time.Second), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 	}, opts...)...)
@@ -215,8 +265,11 @@ func (p *proxy) quiet(t *testing.T) {
 	}
 }
 
+// addEvent is the plugin's request; the pod's IP is 10.244.0.<len(name)>.
 func addEvent(ns, name, netns string) ambient.AddEvent {
-	return ambient.AddEvent{Netns: netns, PodName: name, PodNamespace: ns}
+	ip := net.IPv4(10, 244, 0, byte(len(name)))
+	return ambient.AddEvent{Netns: netns, PodName: name, PodNamespace: ns,
+		IPs: []ambient.IPConfig{{Address: net.IPNet{IP: ip, Mask: net.CIDRMask(24, 32)}}}}
 }
 
 const ownNetns = "/proc/self/ns/net" // a real netns any user can open
@@ -241,6 +294,9 @@ func TestAgentMeshesEnrolledPodsAndFollowsInformer(t *testing.T) {
 	}
 	if a, _ := h.rules.counts(); a != 1 {
 		t.Fatalf("rules applied %d times, want 1", a)
+	}
+	if !h.probes.has("10.244.0.3") {
+		t.Fatal("pod IP not exempted for probes")
 	}
 
 	for _, c := range []struct {
@@ -277,6 +333,9 @@ func TestAgentMeshesEnrolledPodsAndFollowsInformer(t *testing.T) {
 	}
 	if _, r := h.rules.counts(); r != 1 {
 		t.Fatalf("rules removed %d times, want 1", r)
+	}
+	if h.probes.has("10.244.0.3") {
+		t.Fatal("probe exemption kept after opt-out")
 	}
 
 	// Deleting a meshed pod does the same.
@@ -341,6 +400,9 @@ func TestAgentRestartAndProxyRestartKeepPods(t *testing.T) {
 	h.start()
 	if a, r := h.rules.counts(); a != 2 || r != 0 {
 		t.Fatalf("after restart rules applied %d (want 2: reapplied) removed %d (want 0)", a, r)
+	}
+	if n := h.probes.setupCount(); n != 2 || !h.probes.has("10.244.0.3") {
+		t.Fatalf("probe SNAT after restart: %d setups (want 2), web's IP kept: %v", n, h.probes.has("10.244.0.3"))
 	}
 	p3 := h.proxy()
 	got := map[string]zds.Kind{}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -37,7 +38,7 @@ func (a *Agent) pluginHandler() http.Handler {
 			fmt.Fprintln(w, "pod not enrolled in the mesh")
 			return
 		}
-		if err := a.addPod(ctx, pod, ev.Netns); err != nil {
+		if err := a.addPod(ctx, pod, ev.Netns, eventIPs(ev)); err != nil {
 			a.log.Error("meshing pod", "pod", ev.PodNamespace+"/"+ev.PodName, "err", err)
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -45,4 +46,15 @@ func (a *Agent) pluginHandler() http.Handler {
 		fmt.Fprintln(w, "pod meshed")
 	})
 	return mux
+}
+
+// eventIPs are the pod's addresses from the previous CNI plugin's result.
+func eventIPs(ev ambient.AddEvent) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range ev.IPs {
+		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
 }

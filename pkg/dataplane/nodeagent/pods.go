@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +18,7 @@ import (
 
 // addPod meshes pod inside the netns at netnsPath: rules first, then the
 // proxy. It returns only when both are done, or the error that stopped it.
-func (a *Agent) addPod(ctx context.Context, pod *corev1.Pod, netnsPath string) error {
+func (a *Agent) addPod(ctx context.Context, pod *corev1.Pod, netnsPath string, ips []netip.Addr) error {
 	ns, err := os.Open(netnsPath)
 	if err != nil {
 		return fmt.Errorf("opening netns of %s/%s: %w", pod.Namespace, pod.Name, err)
@@ -41,10 +42,15 @@ func (a *Agent) addPod(ctx context.Context, pod *corev1.Pod, netnsPath string) e
 	}
 	info := workloadInfo(pod)
 	a.pods[uid] = &meshedPod{
-		rec:   podRecord{Namespace: pod.Namespace, Name: pod.Name, ServiceAccount: info.ServiceAccount, Netns: netnsPath},
+		rec:   podRecord{Namespace: pod.Namespace, Name: pod.Name, ServiceAccount: info.ServiceAccount, Netns: netnsPath, IPs: ips},
 		netns: ns,
 	}
 	a.saveLocked()
+	if err := a.probes.AddPod(ips...); err != nil {
+		// Not fatal: an unexempted probe still reaches the pod, through
+		// the proxy; refusing the pod over it would be worse.
+		a.log.Warn("exempting probes", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
 	if err := a.zds.AddWorkload(ctx, zds.Workload{UID: uid, Info: info, Netns: forProxy}); err != nil {
 		return fmt.Errorf("handing %s/%s to the proxy: %w", pod.Namespace, pod.Name, err)
 	}
@@ -66,6 +72,9 @@ func (a *Agent) removePod(ctx context.Context, uid, why string) {
 			a.log.Warn("removing redirection", "pod", p.rec.Namespace+"/"+p.rec.Name, "err", err)
 		}
 		p.netns.Close()
+	}
+	if err := a.probes.RemovePod(p.rec.IPs...); err != nil {
+		a.log.Warn("removing probe exemption", "pod", p.rec.Namespace+"/"+p.rec.Name, "err", err)
 	}
 	delete(a.pods, uid)
 	a.saveLocked()
@@ -165,7 +174,7 @@ func (a *Agent) lookupPod(ctx context.Context, namespace, name string) (*corev1.
 // file and the informer cache. Pods that are gone are forgotten; pods whose
 // netns cannot be reopened are kept (KeepWorkload) rather than dropped.
 // It returns how many pods it restored.
-func (a *Agent) restore(ctx context.Context) int {
+func (a *Agent) restore(ctx context.Context) (int, error) {
 	recs, err := loadState(a.stateDir)
 	if err != nil {
 		a.log.Warn("restoring meshed pods", "err", err)
@@ -180,7 +189,7 @@ func (a *Agent) restore(ctx context.Context) int {
 			a.log.Warn("restoring pod", "pod", rec.Namespace+"/"+rec.Name, "err", err)
 			continue
 		}
-		if err := a.addPod(ctx, pod, rec.Netns); err != nil && !errors.Is(err, zds.ErrNoProxy) {
+		if err := a.addPod(ctx, pod, rec.Netns, rec.IPs); err != nil && !errors.Is(err, zds.ErrNoProxy) {
 			// The netns is gone but the pod is not (yet): let a proxy that
 			// still serves it keep it until the informer says otherwise.
 			a.log.Warn("restoring pod; keeping it", "pod", rec.Namespace+"/"+rec.Name, "err", err)
@@ -193,5 +202,14 @@ func (a *Agent) restore(ctx context.Context) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.saveLocked()
-	return len(a.pods)
+	// Recreate the probe set with exactly the pods still meshed, dropping
+	// IPs of pods deleted while the agent was down.
+	var ips []netip.Addr
+	for _, p := range a.pods {
+		ips = append(ips, p.rec.IPs...)
+	}
+	if err := a.probes.Setup(ips...); err != nil {
+		return 0, fmt.Errorf("setting up probe SNAT: %w", err)
+	}
+	return len(a.pods), nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 )
@@ -17,6 +18,9 @@ type podRecord struct {
 	Name           string `json:"name"`
 	ServiceAccount string `json:"serviceAccount"`
 	Netns          string `json:"netns"`
+	// IPs are the pod's addresses, for the probe SNAT set; the pod's
+	// status may not list them yet when the plugin calls.
+	IPs []netip.Addr `json:"ips,omitempty"`
 }
 
 func loadState(dir string) (map[string]podRecord, error) {
