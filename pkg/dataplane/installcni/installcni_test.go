@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -276,12 +279,18 @@ func TestReadinessFollowsTheConfig(t *testing.T) {
 		mustWrite(t, conf, kindnet, 0o644)
 	}, WithRepairThrottle(2*time.Second))
 	eventually(t, "ready", func() bool { return chained(conf) && e.inst.Ready() })
+	if code := readyz(t, e.inst); code != http.StatusOK {
+		t.Fatalf("/readyz = %d while chained", code)
+	}
 	// Removed right after our write: the repair waits for the throttle,
 	// and meanwhile the pod must not be reported ready.
 	mustWrite(t, conf, kindnet, 0o644)
 	eventually(t, "not ready while the entry is missing", func() bool { return !e.inst.Ready() })
 	if chained(conf) {
 		t.Fatal("repaired before the throttle allowed")
+	}
+	if code := readyz(t, e.inst); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz = %d while the entry is missing", code)
 	}
 	eventually(t, "ready again after the repair", func() bool { return chained(conf) && e.inst.Ready() })
 }
@@ -329,4 +338,34 @@ func TestRunFailsWithoutServiceAccount(t *testing.T) {
 	if err == nil {
 		t.Fatal("Run without a service account dir succeeded")
 	}
+}
+
+func readyz(t *testing.T, i *Installer) int {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	i.ReadyHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	return rec.Code
+}
+
+func TestRunServesReadiness(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var conf string
+	start(t, func(e *env) {
+		conf = filepath.Join(e.conf, "10-kindnet.conflist")
+		mustWrite(t, conf, kindnet, 0o644)
+	}, WithReadyAddr(addr))
+	eventually(t, "/readyz 200 over HTTP", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }

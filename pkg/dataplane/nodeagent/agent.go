@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -56,6 +57,7 @@ type Agent struct {
 	registerer   prometheus.Registerer
 	zdsTimeout   time.Duration
 	log          *slog.Logger
+	metricsAddr  string
 
 	zds       *zds.Server
 	podLister corelisters.PodLister
@@ -104,6 +106,10 @@ func WithProbeSNAT(p ProbeSNAT) Option { return func(a *Agent) { a.probes = p } 
 
 // WithRegisterer registers the agent's metrics (ztunnel_connected) there.
 func WithRegisterer(r prometheus.Registerer) Option { return func(a *Agent) { a.registerer = r } }
+
+// WithMetricsAddr serves Prometheus metrics (ztunnel_connected) on addr at
+// /metrics, from the registry given to WithRegisterer when it can gather.
+func WithMetricsAddr(addr string) Option { return func(a *Agent) { a.metricsAddr = addr } }
 
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(a *Agent) { a.log = l } }
@@ -168,7 +174,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	srv := &http.Server{Handler: a.pluginHandler(), ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	if a.metricsAddr != "" {
+		stop, err := a.serveMetrics(errc)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("plugin server: %w", err)
@@ -245,4 +258,24 @@ func workloadInfo(p *corev1.Pod) zds.WorkloadInfo {
 		sa = "default" // what admission would have set; the identity needs one
 	}
 	return zds.WorkloadInfo{Name: p.Name, Namespace: p.Namespace, ServiceAccount: sa}
+}
+
+func (a *Agent) serveMetrics(errc chan<- error) (stop func(), err error) {
+	g, ok := a.registerer.(prometheus.Gatherer)
+	if !ok {
+		g = prometheus.DefaultGatherer
+	}
+	ln, err := net.Listen("tcp", a.metricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("serving metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("metrics server: %w", err)
+		}
+	}()
+	return func() { _ = srv.Close() }, nil
 }

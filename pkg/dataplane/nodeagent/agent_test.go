@@ -131,6 +131,7 @@ type harness struct {
 	dir                 string
 	pluginSock, zdsSock string
 	reg                 *prometheus.Registry
+	metricsAddr         string
 }
 
 func newHarness(t *testing.T, objs ...any) *harness {
@@ -154,11 +155,17 @@ func newHarness(t *testing.T, objs ...any) *harness {
 func (h *harness) start(opts ...Option) (stop func()) {
 	h.t.Helper()
 	h.reg = prometheus.NewRegistry()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.metricsAddr = ln.Addr().String()
+	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	a := New(append([]Option{
 		WithClient(h.client), WithNodeName(node), WithRedirector(h.rules), WithProbeSNAT(h.probes),
 		WithPluginSocket(h.pluginSock), WithZDSSocket(h.zdsSock), WithStateDir(filepath.Join(h.dir, "state")),
-		WithRegisterer(h.reg), WithZDSTimeout(time.Second), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		WithRegisterer(h.reg), WithMetricsAddr(h.metricsAddr), WithZDSTimeout(time.Second), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 	}, opts...)...)
 	done := make(chan error, 1)
 	os.Remove(h.pluginSock)
@@ -284,6 +291,15 @@ func TestAgentMeshesEnrolledPodsAndFollowsInformer(t *testing.T) {
 		t.Fatalf("first event %v, want SnapshotSent", ev.Kind)
 	}
 	eventually(t, "gauge", func() bool { return gauge(t, h.reg) == 1 })
+	resp, err := http.Get("http://" + h.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "ztunnel_connected 1") {
+		t.Fatalf("/metrics lacks ztunnel_connected 1:\n%s", body)
+	}
 
 	if code, msg := h.post(addEvent("app", "web", ownNetns)); code != http.StatusOK {
 		t.Fatalf("add web: %d %s", code, msg)
