@@ -58,6 +58,7 @@ type Agent struct {
 	zdsTimeout   time.Duration
 	log          *slog.Logger
 	metricsAddr  string
+	procRoot     string
 
 	zds       *zds.Server
 	podLister corelisters.PodLister
@@ -111,6 +112,11 @@ func WithRegisterer(r prometheus.Registerer) Option { return func(a *Agent) { a.
 // /metrics, from the registry given to WithRegisterer when it can gather.
 func WithMetricsAddr(addr string) Option { return func(a *Agent) { a.metricsAddr = addr } }
 
+// WithProcRoot sets where the host's procfs is mounted (default /proc; the
+// agent needs hostPID), searched for the netns of pods enrolled while
+// already running.
+func WithProcRoot(dir string) Option { return func(a *Agent) { a.procRoot = dir } }
+
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(a *Agent) { a.log = l } }
 
@@ -122,6 +128,7 @@ func New(opts ...Option) *Agent {
 		pluginSocket: ambient.DefaultAgentSocket,
 		zdsSocket:    zds.DefaultSocketPath,
 		stateDir:     "/var/run/meshctl/agent",
+		procRoot:     "/proc",
 		rules:        redirect.New(),
 		probes:       probesnat.New(),
 		registerer:   prometheus.DefaultRegisterer,

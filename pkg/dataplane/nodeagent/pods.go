@@ -113,7 +113,39 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 		a.removePod(ctx, string(pod.UID), "pod finished")
 	case !a.meshed(pod):
 		a.removePod(ctx, string(pod.UID), "pod no longer enrolled")
+	default:
+		a.enrollRunning(ctx, pod)
 	}
+}
+
+// enrollRunning meshes a pod that became enrolled after its sandbox was
+// created, finding its netns in procfs. Pods the agent already has, and
+// pods without an IP yet (the CNI plugin will ask for those), are left.
+func (a *Agent) enrollRunning(ctx context.Context, pod *corev1.Pod) {
+	a.mu.Lock()
+	_, known := a.pods[string(pod.UID)]
+	a.mu.Unlock()
+	if known || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning {
+		return
+	}
+	path, err := findNetns(a.procRoot, string(pod.UID))
+	if err != nil {
+		a.log.Warn("pod enrolled while running; netns not found", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		return
+	}
+	if err := a.addPod(ctx, pod, path, statusIPs(pod)); err != nil {
+		a.log.Warn("meshing running pod", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
+}
+
+func statusIPs(pod *corev1.Pod) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range pod.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func (a *Agent) podDeleted(ctx context.Context, obj any) {
@@ -143,6 +175,13 @@ func (a *Agent) namespaceChanged(ctx context.Context, obj any) {
 		pod := a.podByUID(ns.Name, uid)
 		if pod == nil || !enroll.Meshed(pod, ns, a.excluded) {
 			a.removePod(ctx, uid, "namespace no longer enrolled")
+		}
+	}
+	// And the reverse: a namespace joining the mesh enrolls its running pods.
+	pods, _ := a.podLister.Pods(ns.Name).List(everything)
+	for _, pod := range pods {
+		if enroll.Meshed(pod, ns, a.excluded) && pod.Spec.NodeName == a.node {
+			a.enrollRunning(ctx, pod)
 		}
 	}
 }
@@ -195,6 +234,29 @@ func (a *Agent) restore(ctx context.Context) (int, error) {
 			a.log.Warn("restoring pod; keeping it", "pod", rec.Namespace+"/"+rec.Name, "err", err)
 			a.mu.Lock()
 			a.pods[uid] = &meshedPod{rec: rec}
+			a.zds.KeepWorkload(uid)
+			a.mu.Unlock()
+		}
+	}
+	// Enrolled pods running without a record (state lost, or enrolled
+	// while the agent was down): find their netns, else keep them.
+	pods, _ := a.podLister.List(everything)
+	for _, pod := range pods {
+		uid := string(pod.UID)
+		a.mu.Lock()
+		_, known := a.pods[uid]
+		a.mu.Unlock()
+		if known || finished(pod) || !a.meshed(pod) || pod.Status.PodIP == "" {
+			continue
+		}
+		path, err := findNetns(a.procRoot, uid)
+		if err == nil {
+			err = a.addPod(ctx, pod, path, statusIPs(pod))
+		}
+		if err != nil && !errors.Is(err, zds.ErrNoProxy) {
+			a.log.Warn("enrolled pod without netns; keeping it", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+			a.mu.Lock()
+			a.pods[uid] = &meshedPod{rec: podRecord{Namespace: pod.Namespace, Name: pod.Name, IPs: statusIPs(pod)}}
 			a.zds.KeepWorkload(uid)
 			a.mu.Unlock()
 		}
