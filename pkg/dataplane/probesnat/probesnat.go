@@ -1,7 +1,6 @@
 package probesnat
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/nftutil"
 	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
 )
 
@@ -46,41 +46,25 @@ func New(opts ...Option) *SNAT {
 	return s
 }
 
-func (s *SNAT) conn() (*nftables.Conn, error) {
-	var opts []nftables.ConnOption
-	if s.netns != nil {
-		opts = append(opts, nftables.WithNetNSFd(int(s.netns.Fd())))
-	}
-	c, err := nftables.New(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("opening nftables: %w", err)
-	}
-	return c, nil
-}
-
-func (s *SNAT) tableRef() *nftables.Table {
-	return &nftables.Table{Family: nftables.TableFamilyINet, Name: s.table}
-}
-
 func (s *SNAT) setRef() *nftables.Set {
-	return &nftables.Set{Table: s.tableRef(), Name: setV4, KeyType: nftables.TypeIPAddr}
+	return &nftables.Set{Table: nftutil.Table(s.table), Name: setV4, KeyType: nftables.TypeIPAddr}
 }
 
 // Setup (re)creates the table with exactly pods as the meshed set, in one
 // batch, so a restarted agent never leaves a moment without the rule.
 func (s *SNAT) Setup(pods ...netip.Addr) error {
-	c, err := s.conn()
+	c, err := nftutil.Open(s.netns)
 	if err != nil {
 		return err
 	}
-	exists, err := s.exists(c)
+	exists, err := nftutil.TableExists(c, s.table)
 	if err != nil {
 		return err
 	}
 	if exists {
-		c.DelTable(s.tableRef())
+		c.DelTable(nftutil.Table(s.table))
 	}
-	t := c.AddTable(s.tableRef())
+	t := c.AddTable(nftutil.Table(s.table))
 	set := s.setRef()
 	set.Table = t
 	if err := c.AddSet(set, elements(pods)); err != nil {
@@ -116,7 +100,7 @@ func (s *SNAT) AddPod(ips ...netip.Addr) error {
 	if len(els) == 0 {
 		return nil
 	}
-	c, err := s.conn()
+	c, err := nftutil.Open(s.netns)
 	if err != nil {
 		return err
 	}
@@ -131,7 +115,7 @@ func (s *SNAT) AddPod(ips ...netip.Addr) error {
 
 // RemovePod takes a pod's addresses out of the set; absent ones are fine.
 func (s *SNAT) RemovePod(ips ...netip.Addr) error {
-	c, err := s.conn()
+	c, err := nftutil.Open(s.netns)
 	if err != nil {
 		return err
 	}
@@ -163,30 +147,10 @@ func (s *SNAT) RemovePod(ips ...netip.Addr) error {
 
 // Teardown removes the table; the agent calls it only when uninstalled.
 func (s *SNAT) Teardown() error {
-	c, err := s.conn()
-	if err != nil {
-		return err
-	}
-	exists, err := s.exists(c)
-	if err != nil || !exists {
-		return err
-	}
-	c.DelTable(s.tableRef())
-	if err := c.Flush(); err != nil {
+	if err := nftutil.DeleteTable(s.netns, s.table); err != nil {
 		return fmt.Errorf("removing probe SNAT: %w", err)
 	}
 	return nil
-}
-
-func (s *SNAT) exists(c *nftables.Conn) (bool, error) {
-	_, err := c.ListTableOfFamily(s.table, nftables.TableFamilyINet)
-	if errors.Is(err, unix.ENOENT) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("listing nftables table %s: %w", s.table, err)
-	}
-	return true, nil
 }
 
 // elements keeps the IPv4 addresses: the SNAT source is IPv4, as upstream's
