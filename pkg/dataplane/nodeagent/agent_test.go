@@ -26,6 +26,7 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/enroll"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/testutil"
 	"github.com/meshctl/meshctl/pkg/dataplane/zds"
 )
 
@@ -170,7 +171,7 @@ func (h *harness) start(opts ...Option) (stop func()) {
 	done := make(chan error, 1)
 	os.Remove(h.pluginSock)
 	go func() { done <- a.Run(ctx) }()
-	eventually(h.t, "agent listening", func() bool { _, err := os.Stat(h.pluginSock); return err == nil })
+	testutil.Eventually(h.t, "agent listening", func() bool { _, err := os.Stat(h.pluginSock); return err == nil })
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -182,17 +183,6 @@ func (h *harness) start(opts ...Option) (stop func()) {
 	}
 	h.t.Cleanup(stop)
 	return stop
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // post sends the plugin's add request, as the CNI plugin does.
@@ -223,7 +213,7 @@ type proxy struct {
 func (h *harness) proxy() *proxy {
 	h.t.Helper()
 	var c *zds.Client
-	eventually(h.t, "zds socket accepting", func() bool {
+	testutil.Eventually(h.t, "zds socket accepting", func() bool {
 		var err error
 		c, err = zds.Dial(context.Background(), h.zdsSock)
 		return err == nil
@@ -290,7 +280,7 @@ func TestAgentMeshesEnrolledPodsAndFollowsInformer(t *testing.T) {
 	if ev := p.next(t); ev.Kind != zds.KindSnapshotSent {
 		t.Fatalf("first event %v, want SnapshotSent", ev.Kind)
 	}
-	eventually(t, "gauge", func() bool { return gauge(t, h.reg) == 1 })
+	testutil.Eventually(t, "gauge", func() bool { return testutil.Gauge(t, h.reg, "ztunnel_connected") == 1 })
 	resp, err := http.Get("http://" + h.metricsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -440,18 +430,4 @@ func TestAgentRestartAndProxyRestartKeepPods(t *testing.T) {
 	if ev := p3.next(t); ev.Kind != zds.KindDel || ev.UID != "uid-cache" {
 		t.Fatalf("proxy got %+v, want DelWorkload cache", ev)
 	}
-}
-
-func gauge(t *testing.T, reg *prometheus.Registry) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "ztunnel_connected" {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	return -1
 }

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/testutil"
 	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
 	"github.com/meshctl/meshctl/pkg/dataplane/zds"
 )
@@ -62,5 +63,5 @@ func TestIntegrationAgentRulesInRealNetns(t *testing.T) {
 	if ev := p2.next(t); ev.Kind != zds.KindDel {
 		t.Fatalf("after delete proxy got %+v", ev)
 	}
-	eventually(t, "rules removed after pod delete", func() bool { return !installed() })
+	testutil.Eventually(t, "rules removed after pod delete", func() bool { return !installed() })
 }
