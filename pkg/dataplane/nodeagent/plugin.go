@@ -38,7 +38,7 @@ func (a *Agent) pluginHandler() http.Handler {
 			fmt.Fprintln(w, "pod not enrolled in the mesh")
 			return
 		}
-		if err := a.addPod(ctx, pod, ev.Netns, eventIPs(ev)); err != nil {
+		if err := a.addPod(ctx, pod, ev.Netns, eventIPs(ev), true); err != nil {
 			a.log.Error("meshing pod", "pod", ev.PodNamespace+"/"+ev.PodName, "err", err)
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

@@ -18,7 +18,10 @@ import (
 
 // addPod meshes pod inside the netns at netnsPath: rules first, then the
 // proxy. It returns only when both are done, or the error that stopped it.
-func (a *Agent) addPod(ctx context.Context, pod *corev1.Pod, netnsPath string, ips []netip.Addr) error {
+// A pod the agent already has is re-added (a new sandbox) only if replace;
+// otherwise it is left alone, which makes concurrent informer-driven
+// enrollments of one pod harmless.
+func (a *Agent) addPod(ctx context.Context, pod *corev1.Pod, netnsPath string, ips []netip.Addr, replace bool) error {
 	ns, err := os.Open(netnsPath)
 	if err != nil {
 		return fmt.Errorf("opening netns of %s/%s: %w", pod.Namespace, pod.Name, err)
@@ -31,6 +34,11 @@ func (a *Agent) addPod(ctx context.Context, pod *corev1.Pod, netnsPath string, i
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if _, known := a.pods[string(pod.UID)]; known && !replace {
+		ns.Close()
+		forProxy.Close()
+		return nil
+	}
 	if err := a.rules.Apply(ns); err != nil {
 		ns.Close()
 		forProxy.Close()
@@ -126,14 +134,14 @@ func (a *Agent) enrollRunning(ctx context.Context, pod *corev1.Pod) {
 	_, known := a.pods[string(pod.UID)]
 	a.mu.Unlock()
 	if known || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning {
-		return
+		return // cheap early out; addPod re-checks under the lock
 	}
 	path, err := findNetns(a.procRoot, string(pod.UID))
 	if err != nil {
 		a.log.Warn("pod enrolled while running; netns not found", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		return
 	}
-	if err := a.addPod(ctx, pod, path, statusIPs(pod)); err != nil {
+	if err := a.addPod(ctx, pod, path, statusIPs(pod), false); err != nil {
 		a.log.Warn("meshing running pod", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 	}
 }
@@ -228,7 +236,7 @@ func (a *Agent) restore(ctx context.Context) (int, error) {
 			a.log.Warn("restoring pod", "pod", rec.Namespace+"/"+rec.Name, "err", err)
 			continue
 		}
-		if err := a.addPod(ctx, pod, rec.Netns, rec.IPs); err != nil && !errors.Is(err, zds.ErrNoProxy) {
+		if err := a.addPod(ctx, pod, rec.Netns, rec.IPs, true); err != nil && !errors.Is(err, zds.ErrNoProxy) {
 			// The netns is gone but the pod is not (yet): let a proxy that
 			// still serves it keep it until the informer says otherwise.
 			a.log.Warn("restoring pod; keeping it", "pod", rec.Namespace+"/"+rec.Name, "err", err)
@@ -251,7 +259,7 @@ func (a *Agent) restore(ctx context.Context) (int, error) {
 		}
 		path, err := findNetns(a.procRoot, uid)
 		if err == nil {
-			err = a.addPod(ctx, pod, path, statusIPs(pod))
+			err = a.addPod(ctx, pod, path, statusIPs(pod), false)
 		}
 		if err != nil && !errors.Is(err, zds.ErrNoProxy) {
 			a.log.Warn("enrolled pod without netns; keeping it", "pod", pod.Namespace+"/"+pod.Name, "err", err)
