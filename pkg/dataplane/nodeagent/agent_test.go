@@ -132,7 +132,6 @@ type harness struct {
 	dir                 string
 	pluginSock, zdsSock string
 	reg                 *prometheus.Registry
-	metricsAddr         string
 }
 
 func newHarness(t *testing.T, objs ...any) *harness {
@@ -156,17 +155,11 @@ func newHarness(t *testing.T, objs ...any) *harness {
 func (h *harness) start(opts ...Option) (stop func()) {
 	h.t.Helper()
 	h.reg = prometheus.NewRegistry()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.metricsAddr = ln.Addr().String()
-	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	a := New(append([]Option{
 		WithClient(h.client), WithNodeName(node), WithRedirector(h.rules), WithProbeSNAT(h.probes),
 		WithPluginSocket(h.pluginSock), WithZDSSocket(h.zdsSock), WithStateDir(filepath.Join(h.dir, "state")),
-		WithRegisterer(h.reg), WithMetricsAddr(h.metricsAddr), WithZDSTimeout(time.Second), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		WithRegisterer(h.reg), WithZDSTimeout(time.Second), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 	}, opts...)...)
 	done := make(chan error, 1)
 	os.Remove(h.pluginSock)
@@ -275,13 +268,20 @@ func TestAgentMeshesEnrolledPodsAndFollowsInformer(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, namespace("app", true), namespace("plain", false),
 		pod("app", "web", node), pod("app", "api", node), pod("plain", "db", node), pod("app", "far", "node-2"))
-	h.start()
+	// Only this test serves metrics, so parallel tests never race for a port.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+	h.start(WithMetricsAddr(metricsAddr))
 	p := h.proxy()
 	if ev := p.next(t); ev.Kind != zds.KindSnapshotSent {
 		t.Fatalf("first event %v, want SnapshotSent", ev.Kind)
 	}
 	testutil.Eventually(t, "gauge", func() bool { return testutil.Gauge(t, h.reg, "ztunnel_connected") == 1 })
-	resp, err := http.Get("http://" + h.metricsAddr + "/metrics")
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
