@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,6 +32,7 @@ type Installer struct {
 	throttle             time.Duration
 	upgrading            func() bool
 	log                  *slog.Logger
+	readyAddr            string
 
 	ready   atomic.Bool
 	waiting bool // said "waiting" once; say it again only after a config came and went
@@ -86,6 +88,10 @@ func WithUpgradeCheck(f func() bool) Option { return func(i *Installer) { i.upgr
 
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(i *Installer) { i.log = l } }
+
+// WithReadyAddr serves GET /readyz on addr while Run runs: 200 while the
+// plugin is chained, 503 otherwise, for the container's readiness probe.
+func WithReadyAddr(addr string) Option { return func(i *Installer) { i.readyAddr = addr } }
 
 // kubeconfigName has no config extension, so libcni never reads it as one.
 const kubeconfigName = "meshctl-cni-kubeconfig"
@@ -158,6 +164,13 @@ func (i *Installer) Run(ctx context.Context) (err error) {
 		if i.binary, err = os.Executable(); err != nil {
 			return fmt.Errorf("finding own binary: %w", err)
 		}
+	}
+	if i.readyAddr != "" {
+		stop, err := i.serveReady(i.readyAddr)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if err := os.MkdirAll(i.confDir, 0o755); err != nil {
 		return fmt.Errorf("creating CNI config dir: %w", err)
@@ -380,4 +393,27 @@ func (i *Installer) cleanup() error {
 	}
 	i.log.Info("CNI plugin uninstalled")
 	return nil
+}
+
+// ReadyHandler answers 200 while Ready, 503 otherwise.
+func (i *Installer) ReadyHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !i.Ready() {
+			http.Error(w, "CNI plugin not chained in the primary CNI config", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+}
+
+func (i *Installer) serveReady(addr string) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("serving readiness: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /readyz", i.ReadyHandler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln) //nolint:errcheck // returns ErrServerClosed on stop
+	return func() { _ = srv.Close() }, nil
 }

@@ -6,12 +6,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/testutil"
 )
 
 // syncBuffer collects log output written from the installer's goroutine.
@@ -115,17 +120,6 @@ func setToken(t *testing.T, sa, token string) {
 	}
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func pluginTypes(path string) []string {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -157,7 +151,7 @@ func TestRunChainsConflistAndCleansUp(t *testing.T) {
 		mustWrite(t, conf, kindnet, 0o640)
 		mustWrite(t, filepath.Join(e.bin, tmpPrefix+"meshctl-cni-123"), "half a binary", 0o600)
 	})
-	eventually(t, "plugin chained", func() bool { return chained(conf) && e.inst.Ready() })
+	testutil.Eventually(t, "plugin chained", func() bool { return chained(conf) && e.inst.Ready() })
 	if got := pluginTypes(conf); strings.Join(got, ",") != "ptp,portmap,meshctl-cni" {
 		t.Errorf("plugins = %v", got)
 	}
@@ -215,7 +209,7 @@ func TestRunWrapsConfIntoConflist(t *testing.T) {
 		mustWrite(t, conf, `{"cniVersion":"1.0.0","name":"br","type":"bridge"}`, 0o600)
 	})
 	list := filepath.Join(e.conf, "10-bridge.conflist")
-	eventually(t, "conf wrapped", func() bool { return chained(list) })
+	testutil.Eventually(t, "conf wrapped", func() bool { return chained(list) })
 	if got := pluginTypes(list); strings.Join(got, ",") != "bridge,meshctl-cni" {
 		t.Errorf("plugins = %v", got)
 	}
@@ -230,7 +224,7 @@ func TestRunWrapsConfIntoConflist(t *testing.T) {
 func TestRunWaitsForPrimaryConfigAndSkipsInvalid(t *testing.T) {
 	t.Parallel()
 	e := start(t, nil)
-	eventually(t, "says it waits", func() bool { return strings.Contains(e.logs.String(), "waiting for the cluster's CNI") })
+	testutil.Eventually(t, "says it waits", func() bool { return strings.Contains(e.logs.String(), "waiting for the cluster's CNI") })
 	mustWrite(t, filepath.Join(e.conf, "05-broken.conflist"), `{"name":"x","plugins":[]}`, 0o644)
 	time.Sleep(200 * time.Millisecond)
 	if e.inst.Ready() {
@@ -241,7 +235,7 @@ func TestRunWaitsForPrimaryConfigAndSkipsInvalid(t *testing.T) {
 	}
 	conf := filepath.Join(e.conf, "10-kindnet.conflist")
 	mustWrite(t, conf, kindnet, 0o644)
-	eventually(t, "chained once a config appears", func() bool { return chained(conf) && e.inst.Ready() })
+	testutil.Eventually(t, "chained once a config appears", func() bool { return chained(conf) && e.inst.Ready() })
 }
 
 func TestRunRepairsAgainstRacingWriter(t *testing.T) {
@@ -251,7 +245,7 @@ func TestRunRepairsAgainstRacingWriter(t *testing.T) {
 		conf = filepath.Join(e.conf, "10-kindnet.conflist")
 		mustWrite(t, conf, kindnet, 0o644)
 	})
-	eventually(t, "chained", func() bool { return chained(conf) })
+	testutil.Eventually(t, "chained", func() bool { return chained(conf) })
 	// Another CNI keeps rewriting its config without our entry, as kindnet
 	// does on restart; the last version it writes carries a new setting.
 	for i := range 30 {
@@ -259,7 +253,7 @@ func TestRunRepairsAgainstRacingWriter(t *testing.T) {
 		mustWrite(t, conf, body, 0o644)
 		time.Sleep(15 * time.Millisecond)
 	}
-	eventually(t, "repaired after the other writer stops", func() bool { return chained(conf) && e.inst.Ready() })
+	testutil.Eventually(t, "repaired after the other writer stops", func() bool { return chained(conf) && e.inst.Ready() })
 	if b, _ := os.ReadFile(conf); !strings.Contains(string(b), `"round": 29`) {
 		t.Errorf("the other writer's last change was lost:\n%s", b)
 	}
@@ -275,24 +269,30 @@ func TestReadinessFollowsTheConfig(t *testing.T) {
 		conf = filepath.Join(e.conf, "10-kindnet.conflist")
 		mustWrite(t, conf, kindnet, 0o644)
 	}, WithRepairThrottle(2*time.Second))
-	eventually(t, "ready", func() bool { return chained(conf) && e.inst.Ready() })
+	testutil.Eventually(t, "ready", func() bool { return chained(conf) && e.inst.Ready() })
+	if code := readyz(t, e.inst); code != http.StatusOK {
+		t.Fatalf("/readyz = %d while chained", code)
+	}
 	// Removed right after our write: the repair waits for the throttle,
 	// and meanwhile the pod must not be reported ready.
 	mustWrite(t, conf, kindnet, 0o644)
-	eventually(t, "not ready while the entry is missing", func() bool { return !e.inst.Ready() })
+	testutil.Eventually(t, "not ready while the entry is missing", func() bool { return !e.inst.Ready() })
 	if chained(conf) {
 		t.Fatal("repaired before the throttle allowed")
 	}
-	eventually(t, "ready again after the repair", func() bool { return chained(conf) && e.inst.Ready() })
+	if code := readyz(t, e.inst); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz = %d while the entry is missing", code)
+	}
+	testutil.Eventually(t, "ready again after the repair", func() bool { return chained(conf) && e.inst.Ready() })
 }
 
 func TestRunRewritesKubeconfigWhenTokenRotates(t *testing.T) {
 	t.Parallel()
 	e := start(t, nil)
 	kc := filepath.Join(e.conf, kubeconfigName)
-	eventually(t, "kubeconfig written", func() bool { _, err := os.Stat(kc); return err == nil })
+	testutil.Eventually(t, "kubeconfig written", func() bool { _, err := os.Stat(kc); return err == nil })
 	setToken(t, e.sa, "token-2")
-	eventually(t, "kubeconfig rewritten", func() bool {
+	testutil.Eventually(t, "kubeconfig rewritten", func() bool {
 		b, _ := os.ReadFile(kc)
 		return strings.Contains(string(b), `"token": "token-2"`)
 	})
@@ -308,7 +308,7 @@ func TestRunLeavesInstallDuringUpgrade(t *testing.T) {
 		conf = filepath.Join(e.conf, "10-kindnet.conflist")
 		mustWrite(t, conf, kindnet, 0o644)
 	}, WithUpgradeCheck(func() bool { return true }))
-	eventually(t, "chained", func() bool { return chained(conf) })
+	testutil.Eventually(t, "chained", func() bool { return chained(conf) })
 	if err := e.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -329,4 +329,34 @@ func TestRunFailsWithoutServiceAccount(t *testing.T) {
 	if err == nil {
 		t.Fatal("Run without a service account dir succeeded")
 	}
+}
+
+func readyz(t *testing.T, i *Installer) int {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	i.ReadyHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	return rec.Code
+}
+
+func TestRunServesReadiness(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var conf string
+	start(t, func(e *env) {
+		conf = filepath.Join(e.conf, "10-kindnet.conflist")
+		mustWrite(t, conf, kindnet, 0o644)
+	}, WithReadyAddr(addr))
+	testutil.Eventually(t, "/readyz 200 over HTTP", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }

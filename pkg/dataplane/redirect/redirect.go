@@ -1,7 +1,6 @@
 package redirect
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -10,6 +9,8 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/nftutil"
 )
 
 // The in-pod port table, as upstream's ztunnel listens on it.
@@ -53,27 +54,15 @@ func New(opts ...Option) *Redirector {
 	return r
 }
 
-func (r *Redirector) conn(netns *os.File) (*nftables.Conn, error) {
-	c, err := nftables.New(nftables.WithNetNSFd(int(netns.Fd())))
-	if err != nil {
-		return nil, fmt.Errorf("opening nftables in netns: %w", err)
-	}
-	return c, nil
-}
-
-func (r *Redirector) tableRef() *nftables.Table {
-	return &nftables.Table{Family: nftables.TableFamilyINet, Name: r.table}
-}
-
 // Apply installs (or re-installs) the rules in netns, atomically.
 func (r *Redirector) Apply(netns *os.File) error {
-	c, err := r.conn(netns)
+	c, err := nftutil.Open(netns)
 	if err != nil {
 		return err
 	}
 	// Add (a no-op when present) then flush in the same batch: the old
 	// rules are replaced by the new ones in one transaction.
-	t := c.AddTable(r.tableRef())
+	t := c.AddTable(nftutil.Table(r.table))
 	c.FlushTable(t)
 	pre := c.AddChain(&nftables.Chain{
 		Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
@@ -98,16 +87,7 @@ func (r *Redirector) Apply(netns *os.File) error {
 // Remove deletes the rules from netns; absent rules are not an error, so a
 // retried pod delete succeeds.
 func (r *Redirector) Remove(netns *os.File) error {
-	c, err := r.conn(netns)
-	if err != nil {
-		return err
-	}
-	ok, err := r.installed(c)
-	if err != nil || !ok {
-		return err
-	}
-	c.DelTable(r.tableRef())
-	if err := c.Flush(); err != nil {
+	if err := nftutil.DeleteTable(netns, r.table); err != nil {
 		return fmt.Errorf("removing in-pod redirection: %w", err)
 	}
 	return nil
@@ -115,22 +95,11 @@ func (r *Redirector) Remove(netns *os.File) error {
 
 // Installed reports whether netns has the rules table.
 func (r *Redirector) Installed(netns *os.File) (bool, error) {
-	c, err := r.conn(netns)
+	c, err := nftutil.Open(netns)
 	if err != nil {
 		return false, err
 	}
-	return r.installed(c)
-}
-
-func (r *Redirector) installed(c *nftables.Conn) (bool, error) {
-	_, err := c.ListTableOfFamily(r.table, nftables.TableFamilyINet)
-	if errors.Is(err, unix.ENOENT) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("listing nftables table %s: %w", r.table, err)
-	}
-	return true, nil
+	return nftutil.TableExists(c, r.table)
 }
 
 // preroutingRules: inbound TCP goes to 15006 unless it is the proxy's own

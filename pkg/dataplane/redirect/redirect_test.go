@@ -1,17 +1,13 @@
 package redirect
 
 import (
-	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
 )
@@ -27,16 +23,7 @@ type arrival struct {
 // listen opens a TCP listener inside ns that reports every accept.
 func listen(t *testing.T, ns *os.File, name, addr string, got chan<- arrival) {
 	t.Helper()
-	var ln net.Listener
-	err := netnstest.Do(ns, func() error {
-		var err error
-		ln, err = net.Listen("tcp", addr)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("listen %s on %s: %v", name, addr, err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := netnstest.Listen(t, ns, addr)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -48,28 +35,6 @@ func listen(t *testing.T, ns *os.File, name, addr string, got chan<- arrival) {
 			c.Close()
 		}
 	}()
-}
-
-// dial connects from inside ns, optionally from src and with SO_MARK mark.
-func dial(ns *os.File, dst string, src string, mark int) error {
-	return netnstest.Do(ns, func() error {
-		d := net.Dialer{Timeout: 2 * time.Second}
-		if src != "" {
-			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
-		}
-		if mark != 0 {
-			d.Control = func(_, _ string, rc syscall.RawConn) error {
-				var serr error
-				err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, mark) })
-				return errors.Join(err, serr)
-			}
-		}
-		c, err := d.Dial("tcp", dst)
-		if err != nil {
-			return fmt.Errorf("dial %s: %w", dst, err)
-		}
-		return c.Close()
-	})
 }
 
 func TestIntegrationRedirectRealTraffic(t *testing.T) {
@@ -134,7 +99,7 @@ func TestIntegrationRedirectRealTraffic(t *testing.T) {
 	}
 	check := func(name string, from *os.File, dst, src string, mark int, listener, wantOrig string) {
 		t.Helper()
-		if err := dial(from, dst, src, mark); err != nil {
+		if err := netnstest.Dial(from, dst, src, mark); err != nil {
 			t.Errorf("%s: %v", name, err)
 			return
 		}

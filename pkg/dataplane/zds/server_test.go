@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
+
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/testutil"
 )
 
 // startServer serves on a fresh socket and returns the socket path.
@@ -34,34 +36,8 @@ func startServer(t *testing.T, opts ...Option) (*Server, string, *prometheus.Reg
 			t.Errorf("Run: %v", err)
 		}
 	})
-	waitFor(t, func() bool { _, err := os.Stat(path); return err == nil })
+	testutil.Eventually(t, "socket listening", func() bool { _, err := os.Stat(path); return err == nil })
 	return s, path, reg
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func gauge(t *testing.T, reg *prometheus.Registry) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "ztunnel_connected" {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatal("ztunnel_connected not registered")
-	return 0
 }
 
 // ownNetns opens this process's netns: a real netns fd, no root needed.
@@ -173,7 +149,7 @@ func TestServerSnapshotThenStream(t *testing.T) {
 		t.Fatalf("third snapshot event = %+v, want SnapshotSent", ev)
 	}
 	c.Ack(nil)
-	waitFor(t, func() bool { return gauge(t, reg) == 1 })
+	testutil.Eventually(t, "gauge 1 after snapshot", func() bool { return testutil.Gauge(t, reg, "ztunnel_connected") == 1 })
 
 	// After the snapshot: streamed, and AddWorkload waits for the ack.
 	errc := make(chan error, 1)
@@ -197,7 +173,7 @@ func TestServerSnapshotThenStream(t *testing.T) {
 	}
 
 	c.Close()
-	waitFor(t, func() bool { return s.Connected() == 0 && gauge(t, reg) == 0 })
+	testutil.Eventually(t, "gauge 0 after proxy left", func() bool { return s.Connected() == 0 && testutil.Gauge(t, reg, "ztunnel_connected") == 0 })
 }
 
 func TestServerAddGoesToNewestDeleteToAll(t *testing.T) {
@@ -212,7 +188,7 @@ func TestServerAddGoesToNewestDeleteToAll(t *testing.T) {
 	if ev := next(t, newer); ev.Kind != KindSnapshotSent {
 		t.Fatalf("new proxy snapshot: %+v", ev)
 	}
-	waitFor(t, func() bool { return s.Connected() == 2 })
+	testutil.Eventually(t, "two proxies connected", func() bool { return s.Connected() == 2 })
 
 	if err := s.AddWorkload(ctx, Workload{UID: "p", Netns: ownNetns(t)}); err != nil {
 		t.Fatal(err)
@@ -310,7 +286,7 @@ func TestServerDropsMisbehavingPeersAndKeepsServing(t *testing.T) {
 	if ev := next(t, ch); ev.Kind != KindSnapshotSent {
 		t.Fatalf("good proxy after bad ones got %+v", ev)
 	}
-	waitFor(t, func() bool { return s.Connected() == 1 })
+	testutil.Eventually(t, "good proxy connected", func() bool { return s.Connected() == 1 })
 }
 
 func TestServerDropsProxyThatDoesNotAck(t *testing.T) {
@@ -324,7 +300,7 @@ func TestServerDropsProxyThatDoesNotAck(t *testing.T) {
 	if !dropped(pc) {
 		t.Fatal("silent proxy not dropped")
 	}
-	waitFor(t, func() bool { return s.Connected() == 0 })
+	testutil.Eventually(t, "silent proxy unregistered", func() bool { return s.Connected() == 0 })
 	if err := s.AddWorkload(context.Background(), Workload{UID: "x", Netns: ownNetns(t)}); !errors.Is(err, ErrNoProxy) {
 		t.Fatalf("AddWorkload after drop: %v, want ErrNoProxy", err)
 	}
