@@ -110,6 +110,7 @@ Flags win over environment variables, which win over the config file.`,
 		newListCommand(g),
 		newStatusCommand(g),
 		newKubeconfigCommand(g),
+		newValuesCommand(g),
 		newVersionCommand(g),
 	)
 	return root

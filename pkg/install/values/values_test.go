@@ -219,7 +219,7 @@ func TestEmbeddedProfilesParse(t *testing.T) {
 		}
 	}
 	out, _ := New(WithProfile("ambient")).Render(plan(t, 1, 1))
-	if out[0].Values["profile"] != "ambient" || get(out[0].Values, "global.hub") != "localhost:5000" {
+	if out[0].Values["profile"] != "ambient" || get(out[0].Values, "global.istioNamespace") != "istio-system" {
 		t.Errorf("ambient should layer over default: %v", out[0].Values)
 	}
 }
