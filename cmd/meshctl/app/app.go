@@ -111,6 +111,7 @@ Flags win over environment variables, which win over the config file.`,
 		newStatusCommand(g),
 		newKubeconfigCommand(g),
 		newValuesCommand(g),
+		newCACommand(g),
 		newVersionCommand(g),
 	)
 	return root

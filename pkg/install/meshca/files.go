@@ -4,14 +4,21 @@ import (
 	"crypto"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
 
 // mkdir makes dir, and makes it private even if it existed: it holds keys.
+// Its parents (the artifacts and environment directories, shared with
+// kubeconfigs and logs) get ordinary permissions.
 func mkdir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("creating CA directory: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("creating CA directory: %w", err)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
