@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
@@ -51,19 +52,29 @@ headed by a comment naming it; -o json prints one object keyed by cluster.`,
 				return err
 			}
 			// Straight from the flags: viper would split a --set of
-			// a={x,y} at its comma.
+			// a={x,y} at its comma. So they come from the command
+			// line only, not the config file or environment.
 			files, _ := cmd.Flags().GetStringArray("values")
 			sets, _ := cmd.Flags().GetStringArray("set")
-			var only []string
-			if c := g.settings.GetString("cluster"); c != "" {
-				only = append(only, c)
-			}
-			out, err := values.New(
+			gws, _ := cmd.Flags().GetStringArray("gateway-address")
+			opts := []values.Option{
 				values.WithProfile(g.settings.GetString("profile")),
 				values.WithMeshID(g.settings.GetString("mesh-id")),
 				values.WithFiles(files...),
 				values.WithSet(sets...),
-			).Render(plan, only...)
+			}
+			for _, gw := range gws {
+				network, addr, ok := strings.Cut(gw, "=")
+				if !ok || network == "" || addr == "" {
+					return fmt.Errorf("--gateway-address %q: want NETWORK=ADDRESS", gw)
+				}
+				opts = append(opts, values.WithGatewayAddress(network, addr))
+			}
+			var only []string
+			if c := g.settings.GetString("cluster"); c != "" {
+				only = append(only, c)
+			}
+			out, err := values.New(opts...).Render(plan, only...)
 			if err != nil {
 				return err
 			}
@@ -80,6 +91,7 @@ headed by a comment naming it; -o json prints one object keyed by cluster.`,
 	f.StringArray("set", nil, "value to set, as helm --set: a.b=1,c={x,y} (repeatable; applied after every file)")
 	f.String("profile", values.DefaultProfile, "values profile (values/<name>.yaml), e.g. default or ambient")
 	f.String("mesh-id", values.DefaultMeshID, "global.meshID")
+	f.StringArray("gateway-address", nil, "known address of a network's east-west gateway, NETWORK=ADDRESS (repeatable): used instead of the gateway service")
 	f.StringP("output", "o", outputYAML, "output format: yaml or json")
 	return cmd
 }

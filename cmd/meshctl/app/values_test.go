@@ -21,7 +21,7 @@ func TestValuesGolden(t *testing.T) {
 		{"values-multi-network.yaml", []string{"values", "render", "--clusters", "3", "--networks", "2"}},
 		{"values-multi-network.json", []string{"values", "render", "--clusters", "3", "--networks", "2", "-o", "json"}},
 		{"values-primary-remote.yaml", []string{"values", "render", "--topology", topo("valid-istio-multicluster-3.json")}},
-		{"values-ipv6.yaml", []string{"values", "render", "--topology", topo("valid-ipv6.json"), "--mesh-id", "mesh-v6"}},
+		{"values-ipv6.yaml", []string{"values", "render", "--topology", topo("valid-ipv6.json"), "--mesh-id", "mesh-v6", "--gateway-address", "network-2=fc00:f853:ccd:e793::10"}},
 		{"values-ambient-overrides.yaml", []string{"values", "render", "--clusters", "2", "--cluster", "cluster2", "--profile", "ambient",
 			"-f", filepath.Join(testdata, "values/valid-overrides.yaml"), "--set", "pilot.autoscaleEnabled=true,global.proxy.tags={a,b}"}},
 	}
@@ -90,6 +90,8 @@ func TestValuesBadInput(t *testing.T) {
 		{[]string{"values", "render", "--profile", "nope"}, `unknown profile "nope": want one of ambient, default`},
 		{[]string{"values", "render", "-o", "text"}, `unknown output format "text": want yaml or json`},
 		{[]string{"values", "render", "--networks", "2"}, "--networks 2 exceeds --clusters 1"},
+		{[]string{"values", "render", "--gateway-address", "10.0.0.1"}, `--gateway-address "10.0.0.1": want NETWORK=ADDRESS`},
+		{[]string{"values", "render", "--clusters", "2", "--networks", "2", "--gateway-address", "network-3=10.0.0.1"}, `gateway address for unknown network "network-3": the networks are network-1, network-2`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
