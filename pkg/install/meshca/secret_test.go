@@ -3,6 +3,7 @@ package meshca
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,4 +84,19 @@ func TestIntegrationInstallSecret(t *testing.T) {
 		t.Error("rotation did not change the files")
 	}
 	check(rotated)
+
+	// A cacerts Secret of another type is someone else's: reported, kept.
+	if err := client.CoreV1().Secrets(Namespace).Delete(ctx, SecretName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: Namespace}, Type: "example.com/other", Data: map[string][]byte{"x": []byte("y")}}
+	if _, err := client.CoreV1().Secrets(Namespace).Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := InstallSecret(ctx, client, rotated); err == nil || !strings.Contains(err.Error(), "exists with type example.com/other") {
+		t.Errorf("a Secret of another type: %v", err)
+	}
+	if _, err := InstallSecret(ctx, client, Cacerts{CACertFile: []byte("x")}); err == nil || !strings.Contains(err.Error(), "ca-key.pem is empty") {
+		t.Errorf("incomplete cacerts: %v", err)
+	}
 }
