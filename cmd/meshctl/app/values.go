@@ -34,7 +34,7 @@ multi-network mesh, its east-west gateway on port 15443).
 Values are merged as Helm merges them, lowest first: the default profile
 (values/default.yaml, embedded), the --profile over it, the values derived
 from the plan, each -f file in turn, then each --set. A null in a file or
---set removes a default. -f and --set are read from the command line only.
+--set removes a default.
 
 With several clusters, -o yaml prints one YAML document per cluster, each
 headed by a comment naming it; -o json prints one object keyed by cluster.`,
@@ -51,12 +51,9 @@ headed by a comment naming it; -o json prints one object keyed by cluster.`,
 			if err != nil {
 				return err
 			}
-			// Straight from the flags: viper would split a --set of
-			// a={x,y} at its comma. So they come from the command
-			// line only, not the config file or environment.
-			files, _ := cmd.Flags().GetStringArray("values")
-			sets, _ := cmd.Flags().GetStringArray("set")
-			gws, _ := cmd.Flags().GetStringArray("gateway-address")
+			files := g.stringArray(cmd, "values")
+			sets := g.stringArray(cmd, "set")
+			gws := g.stringArray(cmd, "gateway-address")
 			opts := []values.Option{
 				values.WithProfile(g.settings.GetString("profile")),
 				values.WithMeshID(g.settings.GetString("mesh-id")),
@@ -118,4 +115,15 @@ func printValuesJSON(w io.Writer, clusters []values.Cluster) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(byName)
+}
+
+// stringArray reads a repeatable flag. Given on the command line, it comes
+// straight from the flag: viper would split a --set of a={x,y} at its comma.
+// Otherwise it comes from the config file (a YAML list) or the environment.
+func (g *globals) stringArray(cmd *cobra.Command, name string) []string {
+	if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+		v, _ := cmd.Flags().GetStringArray(name)
+		return v
+	}
+	return g.settings.GetStringSlice(name)
 }

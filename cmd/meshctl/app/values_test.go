@@ -106,3 +106,30 @@ func TestValuesBadInput(t *testing.T) {
 		})
 	}
 }
+
+func TestValuesFromConfigFile(t *testing.T) {
+	t.Parallel()
+	cfg := filepath.Join(testdata, "config/valid-config-values.yaml")
+	code, out, errOut := run(t, "values", "render", "--config", cfg, "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var m map[string]map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m) != 2 || m["cluster2"]["global"].(map[string]any)["meshID"] != "from-config" || m["cluster2"]["pilot"] == nil {
+		t.Errorf("config file's set not applied: %s", out)
+	}
+	// The command line wins, and keeps a={x,y} whole.
+	code, out, errOut = run(t, "values", "render", "--config", cfg, "--set", "tags={x,y}", "--cluster", "cluster1", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatal(err)
+	}
+	if g := m["cluster1"]["global"].(map[string]any); g["meshID"] != "mesh1" || len(m["cluster1"]["tags"].([]any)) != 2 {
+		t.Errorf("--set should replace the config file's: %s", out)
+	}
+}
