@@ -110,6 +110,8 @@ Flags win over environment variables, which win over the config file.`,
 		newListCommand(g),
 		newStatusCommand(g),
 		newKubeconfigCommand(g),
+		newValuesCommand(g),
+		newCACommand(g),
 		newVersionCommand(g),
 	)
 	return root

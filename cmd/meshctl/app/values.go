@@ -1,0 +1,129 @@
+package app
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshctl/meshctl/pkg/install/values"
+)
+
+func newValuesCommand(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "values",
+		Short: "Helm values for the clusters of an environment",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newValuesRenderCommand(g))
+	return cmd
+}
+
+func newValuesRenderCommand(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "render",
+		Short: "Print each cluster's Helm values",
+		Long: `Print the Helm values each cluster of the environment is installed with:
+global.meshID, global.multiCluster.clusterName, global.network and
+global.meshNetworks (every network's clusters as registries and, in a
+multi-network mesh, its east-west gateway on port 15443).
+
+Values are merged as Helm merges them, lowest first: the default profile
+(values/default.yaml, embedded), the --profile over it, the values derived
+from the plan, each -f file in turn, then each --set. A null in a file or
+--set removes a default.
+
+With several clusters, -o yaml prints one YAML document per cluster, each
+headed by a comment naming it; -o json prints one object keyed by cluster.`,
+		Example: `  meshctl values render --clusters 4 --networks 2
+  meshctl values render --topology multicluster.json --cluster cluster2 -o json
+  meshctl values render --profile ambient -f mine.yaml --set global.logging.level=debug`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			format := g.settings.GetString("output")
+			if format != outputYAML && format != outputJSON {
+				return fmt.Errorf("unknown output format %q: want yaml or json", format)
+			}
+			plan, err := g.plan()
+			if err != nil {
+				return err
+			}
+			files := g.stringArray(cmd, "values")
+			sets := g.stringArray(cmd, "set")
+			gws := g.stringArray(cmd, "gateway-address")
+			opts := []values.Option{
+				values.WithProfile(g.settings.GetString("profile")),
+				values.WithMeshID(g.settings.GetString("mesh-id")),
+				values.WithFiles(files...),
+				values.WithSet(sets...),
+			}
+			for _, gw := range gws {
+				network, addr, ok := strings.Cut(gw, "=")
+				if !ok || network == "" || addr == "" {
+					return fmt.Errorf("--gateway-address %q: want NETWORK=ADDRESS", gw)
+				}
+				opts = append(opts, values.WithGatewayAddress(network, addr))
+			}
+			var only []string
+			if c := g.settings.GetString("cluster"); c != "" {
+				only = append(only, c)
+			}
+			out, err := values.New(opts...).Render(plan, only...)
+			if err != nil {
+				return err
+			}
+			if format == outputJSON {
+				return printValuesJSON(g.streams.Out, out)
+			}
+			return printValuesYAML(g.streams.Out, out)
+		},
+	}
+	f := cmd.Flags()
+	addPlanFlags(f)
+	f.String("cluster", "", "only this cluster (default: every cluster)")
+	f.StringArrayP("values", "f", nil, "values file to merge, as helm -f (repeatable; later files win)")
+	f.StringArray("set", nil, "value to set, as helm --set: a.b=1,c={x,y} (repeatable; applied after every file)")
+	f.String("profile", values.DefaultProfile, "values profile (values/<name>.yaml), e.g. default or ambient")
+	f.String("mesh-id", values.DefaultMeshID, "global.meshID")
+	f.StringArray("gateway-address", nil, "known address of a network's east-west gateway, NETWORK=ADDRESS (repeatable): used instead of the gateway service")
+	f.StringP("output", "o", outputYAML, "output format: yaml or json")
+	return cmd
+}
+
+func printValuesYAML(w io.Writer, clusters []values.Cluster) error {
+	for i, c := range clusters {
+		b, err := yaml.Marshal(c.Values)
+		if err != nil {
+			return fmt.Errorf("encoding %s's values: %w", c.Name, err)
+		}
+		if i > 0 {
+			fmt.Fprintln(w, "---")
+		}
+		fmt.Fprintf(w, "# cluster: %s\n%s", c.Name, b)
+	}
+	return nil
+}
+
+func printValuesJSON(w io.Writer, clusters []values.Cluster) error {
+	byName := make(map[string]map[string]any, len(clusters))
+	for _, c := range clusters {
+		byName[c.Name] = c.Values
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(byName)
+}
+
+// stringArray reads a repeatable flag. Given on the command line, it comes
+// straight from the flag: viper would split a --set of a={x,y} at its comma.
+// Otherwise it comes from the config file (a YAML list) or the environment.
+func (g *globals) stringArray(cmd *cobra.Command, name string) []string {
+	if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+		v, _ := cmd.Flags().GetStringArray(name)
+		return v
+	}
+	return g.settings.GetStringSlice(name)
+}

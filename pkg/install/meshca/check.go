@@ -1,0 +1,153 @@
+package meshca
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// invalid marks files that exist but cannot be kept: they are renewed, not
+// reported as a failure.
+type invalid struct{ reason string }
+
+func (e invalid) Error() string { return e.reason }
+
+func invalidf(format string, args ...any) error { return invalid{fmt.Sprintf(format, args...)} }
+
+func (a *Authority) loadRoot() (issuer, error) {
+	certPEM, keyPEM, err := read2(filepath.Join(a.dir, RootCertFile), filepath.Join(a.dir, RootKeyFile))
+	if err != nil {
+		return issuer{}, err
+	}
+	root, err := parseIssuer(certPEM, keyPEM, RootCertFile, RootKeyFile)
+	if err != nil {
+		return issuer{}, err
+	}
+	if err := root.cert.CheckSignatureFrom(root.cert); err != nil {
+		return issuer{}, invalidf("%s is not a self-signed CA: %v", RootCertFile, err)
+	}
+	if err := a.checkTime(root.cert, RootCertFile); err != nil {
+		return issuer{}, err
+	}
+	return root, nil
+}
+
+func (a *Authority) loadIntermediate(dir string, root issuer) (issuer, error) {
+	certPEM, keyPEM, err := read2(filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile))
+	if err != nil {
+		return issuer{}, err
+	}
+	rootPEM, chainPEM, err := read2(filepath.Join(dir, RootCertFile), filepath.Join(dir, CertChainFile))
+	if err != nil {
+		return issuer{}, err
+	}
+	inter, err := parseIssuer(certPEM, keyPEM, CACertFile, CAKeyFile)
+	if err != nil {
+		return issuer{}, err
+	}
+	if inter.cert.MaxPathLen != 0 || !inter.cert.MaxPathLenZero {
+		return issuer{}, invalidf("%s may sign other CAs (MaxPathLen is not 0)", CACertFile)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(root.cert)
+	if _, err := inter.cert.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: a.now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return issuer{}, invalidf("%s does not chain to the root: %v", CACertFile, err)
+	}
+	if !bytes.Equal(rootPEM, encodeCerts(root.cert)) {
+		return issuer{}, invalidf("%s is not the environment's root", RootCertFile)
+	}
+	if !bytes.Equal(chainPEM, encodeCerts(inter.cert, root.cert)) {
+		return issuer{}, invalidf("%s is not %s followed by the root", CertChainFile, CACertFile)
+	}
+	if err := a.checkTime(inter.cert, CACertFile); err != nil {
+		return issuer{}, err
+	}
+	return inter, nil
+}
+
+// checkTime renews a certificate with less than a third of its lifetime
+// left, so that a renewed environment never runs into an expiry mid-test.
+func (a *Authority) checkTime(c *x509.Certificate, name string) error {
+	now := a.now()
+	life := c.NotAfter.Sub(c.NotBefore)
+	switch {
+	case now.Before(c.NotBefore):
+		return invalidf("%s is not valid before %s", name, c.NotBefore.UTC().Format(time.RFC3339))
+	case !now.Before(c.NotAfter):
+		return invalidf("%s expired at %s", name, c.NotAfter.UTC().Format(time.RFC3339))
+	case c.NotAfter.Sub(now) < life/3:
+		return invalidf("%s expires at %s, within the last third of its lifetime", name, c.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// parseIssuer parses a CA certificate and its key and checks they belong
+// together.
+func parseIssuer(certPEM, keyPEM []byte, certName, keyName string) (issuer, error) {
+	b, _ := pem.Decode(certPEM)
+	if b == nil || b.Type != "CERTIFICATE" {
+		return issuer{}, invalidf("%s holds no PEM certificate", certName)
+	}
+	cert, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		return issuer{}, invalidf("%s: %v", certName, err)
+	}
+	if !cert.IsCA || !cert.BasicConstraintsValid || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return issuer{}, invalidf("%s is not a CA certificate", certName)
+	}
+	kb, _ := pem.Decode(keyPEM)
+	if kb == nil {
+		return issuer{}, invalidf("%s holds no PEM key", keyName)
+	}
+	key, err := parseKey(kb.Bytes)
+	if err != nil {
+		return issuer{}, invalidf("%s: %v", keyName, err)
+	}
+	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
+	if !ok || !pub.Equal(cert.PublicKey) {
+		return issuer{}, invalidf("%s does not match %s", keyName, certName)
+	}
+	return issuer{cert: cert, key: key}, nil
+}
+
+func parseKey(der []byte) (crypto.Signer, error) {
+	if k, err := x509.ParsePKCS8PrivateKey(der); err == nil {
+		if s, ok := k.(crypto.Signer); ok {
+			return s, nil
+		}
+		return nil, errors.New("PKCS#8 key is not a signing key")
+	}
+	k, err := x509.ParseECPrivateKey(der)
+	if err != nil {
+		return nil, fmt.Errorf("not a PKCS#8 or EC private key: %w", err)
+	}
+	return k, nil
+}
+
+// read2 reads two files. Both missing is fs.ErrNotExist (nothing to reuse);
+// one missing is invalid (a half-written CA, to renew).
+func read2(p1, p2 string) ([]byte, []byte, error) {
+	b1, err1 := os.ReadFile(p1)
+	b2, err2 := os.ReadFile(p2)
+	miss1, miss2 := errors.Is(err1, fs.ErrNotExist), errors.Is(err2, fs.ErrNotExist)
+	switch {
+	case miss1 && miss2:
+		return nil, nil, fmt.Errorf("%s: %w", p1, fs.ErrNotExist)
+	case miss1:
+		return nil, nil, invalidf("%s is missing", filepath.Base(p1))
+	case miss2:
+		return nil, nil, invalidf("%s is missing", filepath.Base(p2))
+	case err1 != nil:
+		return nil, nil, fmt.Errorf("reading CA file: %w", err1)
+	case err2 != nil:
+		return nil, nil, fmt.Errorf("reading CA file: %w", err2)
+	}
+	return b1, b2, nil
+}

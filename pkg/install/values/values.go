@@ -1,0 +1,269 @@
+package values
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/strvals"
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+	embedded "github.com/meshctl/meshctl/values"
+)
+
+// Defaults of the values meshctl derives.
+const (
+	DefaultProfile = "default"
+	DefaultMeshID  = "mesh1"
+	// GatewayService is the east-west gateway every multi-network cluster
+	// runs, as Istio's multi-network guide names it; other networks reach a
+	// network through it until its address is known.
+	GatewayService = "istio-eastwestgateway.istio-system.svc.cluster.local"
+	// GatewayPort is the gateway's mTLS (AUTO_PASSTHROUGH) port.
+	GatewayPort = 15443
+)
+
+// Renderer renders each cluster's Helm values. Build it with New.
+type Renderer struct {
+	profiles fs.FS
+	profile  string
+	files    []string
+	sets     []string
+	meshID   string
+	gateways map[string][]string
+}
+
+// Option configures a Renderer.
+type Option func(*Renderer)
+
+// WithProfile layers values/<name>.yaml over values/default.yaml.
+func WithProfile(name string) Option { return func(r *Renderer) { r.profile = name } }
+
+// WithFiles adds values files, merged in the order given, as `helm -f`.
+func WithFiles(paths ...string) Option {
+	return func(r *Renderer) { r.files = append(r.files, paths...) }
+}
+
+// WithSet adds --set expressions (Helm's strvals syntax: a.b=1,c={x,y}),
+// applied in the order given after every file.
+func WithSet(exprs ...string) Option {
+	return func(r *Renderer) { r.sets = append(r.sets, exprs...) }
+}
+
+// WithMeshID sets global.meshID (default "mesh1"). Empty keeps the default.
+func WithMeshID(id string) Option {
+	return func(r *Renderer) {
+		if id != "" {
+			r.meshID = id
+		}
+	}
+}
+
+// WithGatewayAddress records a known address of a network's east-west
+// gateway: once a gateway's load balancer (or node) address is known, other
+// networks dial it directly instead of resolving the gateway service through
+// the registry. Several addresses per network are allowed.
+func WithGatewayAddress(network, address string) Option {
+	return func(r *Renderer) { r.gateways[network] = append(r.gateways[network], address) }
+}
+
+// WithProfiles replaces the embedded profiles (values/*.yaml); tests use it.
+func WithProfiles(fsys fs.FS) Option { return func(r *Renderer) { r.profiles = fsys } }
+
+// New returns a Renderer. Nothing is read until Render.
+func New(opts ...Option) *Renderer {
+	r := &Renderer{profiles: embedded.FS, profile: DefaultProfile, meshID: DefaultMeshID, gateways: map[string][]string{}}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// Cluster is one cluster's rendered values.
+type Cluster struct {
+	Name   string
+	Values map[string]any
+}
+
+// Profiles lists the profiles available, sorted.
+func (r *Renderer) Profiles() ([]string, error) {
+	matches, err := fs.Glob(r.profiles, "*.yaml")
+	if err != nil {
+		return nil, fmt.Errorf("listing profiles: %w", err)
+	}
+	var out []string
+	for _, m := range matches {
+		out = append(out, strings.TrimSuffix(m, ".yaml"))
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Render renders the values of the plan's clusters, in plan order; with
+// names, only of those clusters (mesh or kind names), in the order given.
+// Every input is read and checked before anything is rendered.
+func (r *Renderer) Render(p *cluster.Plan, names ...string) ([]Cluster, error) {
+	selected, err := selectClusters(p, names)
+	if err != nil {
+		return nil, err
+	}
+	defaults, err := r.loadProfile()
+	if err != nil {
+		return nil, err
+	}
+	user, err := r.userValues()
+	if err != nil {
+		return nil, err
+	}
+	networks, err := r.meshNetworks(p)
+	if err != nil {
+		return nil, err
+	}
+	var out []Cluster
+	for _, c := range selected {
+		derived := map[string]any{
+			"global": map[string]any{
+				"meshID":       r.meshID,
+				"network":      c.Network,
+				"multiCluster": map[string]any{"clusterName": c.Name},
+				"meshNetworks": deepCopy(networks),
+			},
+		}
+		// Lowest first: profile, then what the plan says, then the user.
+		v := coalesce(derived, deepCopy(defaults).(map[string]any))
+		v = coalesce(deepCopy(user).(map[string]any), v)
+		out = append(out, Cluster{Name: c.Name, Values: v})
+	}
+	return out, nil
+}
+
+func selectClusters(p *cluster.Plan, names []string) ([]cluster.ClusterPlan, error) {
+	if len(names) == 0 {
+		return p.Clusters, nil
+	}
+	var out []cluster.ClusterPlan
+	for _, n := range names {
+		c, ok := p.Cluster(n)
+		if !ok {
+			var all []string
+			for _, c := range p.Clusters {
+				all = append(all, c.Name)
+			}
+			return nil, fmt.Errorf("unknown cluster %q: the environment's clusters are %s", n, strings.Join(all, ", "))
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// loadProfile reads default.yaml and, for another profile, layers it over.
+func (r *Renderer) loadProfile() (map[string]any, error) {
+	base, err := r.readProfile(DefaultProfile)
+	if err != nil {
+		return nil, err
+	}
+	if r.profile == DefaultProfile || r.profile == "" {
+		return base, nil
+	}
+	over, err := r.readProfile(r.profile)
+	if err != nil {
+		return nil, err
+	}
+	return coalesce(over, base), nil
+}
+
+func (r *Renderer) readProfile(name string) (map[string]any, error) {
+	// A name with a slash or dots would escape the profile directory on a
+	// real file system; it is never a profile.
+	data, err := fs.ReadFile(r.profiles, name+".yaml")
+	if strings.ContainsAny(name, `/\`) || name == "." || name == ".." || errors.Is(err, fs.ErrNotExist) {
+		known, lerr := r.Profiles()
+		if lerr != nil {
+			return nil, lerr
+		}
+		return nil, fmt.Errorf("unknown profile %q: want one of %s", name, strings.Join(known, ", "))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading profile %q: %w", name, err)
+	}
+	m, err := parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("profile %s: %w", path.Join("values", name+".yaml"), err)
+	}
+	return m, nil
+}
+
+// userValues is Helm's MergeValues: each file over the previous, then each
+// --set into the result.
+func (r *Renderer) userValues() (map[string]any, error) {
+	base := map[string]any{}
+	for _, f := range r.files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading values file: %w", err)
+		}
+		m, err := parse(data)
+		if err != nil {
+			return nil, fmt.Errorf("values file %s: %w", f, err)
+		}
+		base = mergeMaps(base, m)
+	}
+	for _, s := range r.sets {
+		if err := strvals.ParseInto(s, base); err != nil {
+			return nil, fmt.Errorf("--set %s: %w", s, err)
+		}
+	}
+	return base, nil
+}
+
+// parse reads YAML as Helm does (through JSON, so numbers are float64 and
+// keys strings). An empty document is an empty map; anything but a map at
+// the top is an error, not silently nothing.
+func parse(data []byte) (map[string]any, error) {
+	m := map[string]any{}
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("not a YAML map: %w", err)
+	}
+	return m, nil
+}
+
+// meshNetworks is Istio's meshNetworks: every network's clusters as
+// registries and, when there is more than one network, how to reach the
+// network from the others — its gateway's known addresses, or else the
+// east-west gateway service, resolved through the network's registries.
+func (r *Renderer) meshNetworks(p *cluster.Plan) (map[string]any, error) {
+	var order []string
+	endpoints := map[string][]any{}
+	for _, c := range p.Clusters {
+		if _, ok := endpoints[c.Network]; !ok {
+			order = append(order, c.Network)
+		}
+		endpoints[c.Network] = append(endpoints[c.Network], map[string]any{"fromRegistry": c.Name})
+	}
+	out := map[string]any{}
+	for _, n := range order {
+		nw := map[string]any{"endpoints": endpoints[n]}
+		if len(order) > 1 {
+			var gws []any
+			for _, a := range r.gateways[n] {
+				gws = append(gws, map[string]any{"address": a, "port": GatewayPort})
+			}
+			if len(gws) == 0 {
+				gws = append(gws, map[string]any{"registryServiceName": GatewayService, "port": GatewayPort})
+			}
+			nw["gateways"] = gws
+		}
+		out[n] = nw
+	}
+	for n := range r.gateways {
+		if _, ok := endpoints[n]; !ok {
+			return nil, fmt.Errorf("gateway address for unknown network %q: the networks are %s", n, strings.Join(order, ", "))
+		}
+	}
+	return out, nil
+}
