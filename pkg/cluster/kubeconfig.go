@@ -20,7 +20,12 @@ func (p *Provider) kubeconfig(c ClusterPlan, internal bool) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: reading kubeconfig: %w", c.Name, err)
 	}
-	cfg, err := clientcmd.Load([]byte(raw))
+	return p.renameKubeconfig(c, []byte(raw), internal)
+}
+
+// renameKubeconfig rewrites kind's kubeconfig for the mesh cluster.
+func (p *Provider) renameKubeconfig(c ClusterPlan, raw []byte, internal bool) ([]byte, error) {
+	cfg, err := clientcmd.Load(raw)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: parsing kind's kubeconfig: %w", c.Name, err)
 	}
@@ -78,8 +83,13 @@ func (p *Provider) internalServer(c ClusterPlan) (string, error) {
 // exportKubeconfigs writes both kubeconfigs of a cluster, owner-only: they
 // hold the cluster-admin client key.
 func (p *Provider) exportKubeconfigs(plan *Plan, c ClusterPlan) error {
+	// One read from the node serves both files: each read is a docker exec.
+	raw, err := p.kind.KubeConfig(c.KindName, false)
+	if err != nil {
+		return fmt.Errorf("cluster %q: reading kubeconfig: %w", c.Name, err)
+	}
 	for _, internal := range []bool{false, true} {
-		data, err := p.kubeconfig(c, internal)
+		data, err := p.renameKubeconfig(c, []byte(raw), internal)
 		if err != nil {
 			return err
 		}

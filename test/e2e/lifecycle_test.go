@@ -102,7 +102,9 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 		Expect(svc.Spec.ClusterIP).To(HavePrefix("10.255.20."))
 		for i, target := range []string{podIP, svc.Spec.ClusterIP} {
 			name := fmt.Sprintf("fetch-%d", i)
-			runPodCmd(client, name, suite.testImage, corev1.PullNever, "wget -q -T 5 -O- http://"+target+":8080/")
+			// busybox's nc, not its wget: the static wget of Debian's busybox
+			// crashes in these pods.
+			runPodCmd(client, name, suite.testImage, corev1.PullNever, `printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 `+target+` 8080`)
 			Expect(podLogs(client, name)).To(ContainSubstring("meshctl-e2e-web"), "from cluster1 to %s in cluster2", target)
 		}
 	})
