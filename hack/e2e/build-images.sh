@@ -33,10 +33,17 @@ image_key() { docker image inspect -f '{{ index .Config.Labels "meshctl.key" }}'
 # import_dir IMAGE DIR KEY CHANGES...: docker import DIR as IMAGE (single layer) unless IMAGE has KEY
 import_dir() {
   local image=$1 dir=$2 key=$3; shift 3
-  local changes=(--change "LABEL meshctl.key=$key")
-  local c; for c in "$@"; do changes+=(--change "$c"); done
+  local changes=(--change "LABEL meshctl.key=$key") stopsignal=""
+  local c; for c in "$@"; do
+    case "$c" in STOPSIGNAL*) stopsignal=$c ;; *) changes+=(--change "$c") ;; esac
+  done
   tar -C "$dir" --numeric-owner --owner=0 --group=0 -c . | docker import "${changes[@]}" - "$image" >/dev/null \
     || die "docker import $image failed"
+  if [ -n "$stopsignal" ]; then # docker import does not take STOPSIGNAL; docker commit does
+    local cid; cid=$(docker create "$image") || die "docker create $image failed"
+    docker commit --change "$stopsignal" "$cid" "$image" >/dev/null || { docker rm "$cid" >/dev/null; die "docker commit $image failed"; }
+    docker rm "$cid" >/dev/null
+  fi
 }
 
 # minimal rootfs skeleton shared by the small images
