@@ -75,8 +75,8 @@ iptables_bundle() {
         [ -e "$b" ] || continue
         canon "$b"
         for l in $(ldd "$b" | grep -o "/[^ ]*"); do canon "$l"; done
-        for l in /usr/lib/x86_64-linux-gnu/xtables/*.so; do for m in $(ldd "$l" | grep -o "/[^ ]*"); do canon "$m"; done; done
-      done' | sort -u) || die "cannot list iptables files in the node rootfs"
+      done
+      for l in /usr/lib/x86_64-linux-gnu/xtables/*.so; do ldd "$l" | grep -o "/[^ ]*"; done | sort -u | while read -r m; do canon "$m"; done' | sort -u) || die "cannot list iptables files in the node rootfs"
     local f
     for f in $files; do (cd "$r" && cp -a --parents "${f#/}" "$IPT_DIR/"); done
     (cd "$r" && cp -a --parents usr/lib/x86_64-linux-gnu/xtables "$IPT_DIR/")
