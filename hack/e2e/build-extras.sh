@@ -17,6 +17,10 @@ gomod_build() {
   local name; name=$(basename "$out")
   local src=$CACHE/src/$name
   mkdir -p "$src"
+  # committed, tidied wrapper modules (hack/e2e/gomod/<name>-<version>) make the build reproducible
+  if [ -f "$E2E_DIR/gomod/$name/go.mod" ] && [ ! -f "$src/go.sum" ]; then
+    cp "$E2E_DIR/gomod/$name/"{go.mod,go.sum,tools.go} "$src/"
+  fi
   if [ ! -f "$src/go.mod" ] || ! grep -q "$mod $ver" "$src/go.mod"; then
     rm -f "$src/go.mod" "$src/go.sum"
     (cd "$src" && go mod init "meshctl.local/build/$(basename "$src")" >/dev/null 2>&1 \

@@ -27,7 +27,16 @@ STORAGE_IMAGE=$(sed -n 's/^const storageProvisionerImage = "\(.*\)"/\1/p' "$KIND
 STORAGE_HELPER_IMAGE=$(sed -n 's/^const storageHelperImage = "\(.*\)"/\1/p' "$KIND_SRC/pkg/build/nodeimage/const_storage.go")
 [ -n "$KINDNETD_IMAGE" ] || die "cannot find kindnetdImage in kind $KIND_VERSION sources"
 
-hash_files() { cat "$@" | sha256sum | cut -c1-16; }
+# content hash of files, memoized by (path, size, mtime) so a warm rerun does not re-read ~1 GB
+HASHMEMO=$IMG/.hashmemo
+touch "$HASHMEMO"
+hash_file() {
+  local id h; id=$(stat -c '%n|%s|%Y' "$1")
+  h=$(grep -F "$id " "$HASHMEMO" | tail -1 | cut -d' ' -f2) || true
+  if [ -z "$h" ]; then h=$(sha256sum <"$1" | cut -c1-16); echo "$id $h" >>"$HASHMEMO"; fi
+  echo "$h"
+}
+hash_files() { local f; for f in "$@"; do hash_file "$f"; done | sha256sum | cut -c1-16; }
 image_key() { docker image inspect -f '{{ index .Config.Labels "meshctl.key" }}' "$1" 2>/dev/null || true; }
 
 # import_dir IMAGE DIR KEY CHANGES...: docker import DIR as IMAGE (single layer) unless IMAGE has KEY
@@ -159,7 +168,7 @@ small_image "$REGISTRY_IMAGE" "$(hash_files "$B/registry-$REGISTRY_VERSION")" se
 grep -v "$(echo "$REGISTRY_IMAGE" | tr '/:' '__')" "$WORK/preload" >"$WORK/preload.node"
 
 # ---- node image --------------------------------------------------------------------------
-NODE_KEY=$( (sha256sum "$ROOTFS_TAR" | cut -c1-16; hash_files "$KB/kubelet" "$KB/kubeadm" "$KB/kubectl";
+NODE_KEY=$( (hash_files "$ROOTFS_TAR" "$KB/kubelet" "$KB/kubeadm" "$KB/kubectl";
   cat "$WORK/preload.node"; find "$KIND_SRC/images/base/files" -type f -print0 | sort -z | xargs -0 cat | sha256sum;
   cat "$0" "$E2E_DIR/files/"*) | sha256sum | cut -c1-16)
 if [ "$(image_key "$NODE_IMAGE")" = "$NODE_KEY" ]; then
@@ -254,6 +263,7 @@ TOML
     'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' "$PATHENV"
   rm -rf "$r"
 fi
+docker image prune -f --filter label=meshctl.key >/dev/null 2>&1 || true
 echo "NODE_IMAGE=$NODE_IMAGE"
 echo "REGISTRY_IMAGE=$REGISTRY_IMAGE"
 echo "BUSYBOX_IMAGE=$BUSYBOX_IMAGE"
