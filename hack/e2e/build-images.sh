@@ -115,7 +115,7 @@ small_image() {
   $setup "$d"
   import_dir "$image" "$d" "$key" "$PATHENV" "$@"
   docker save "$image" -o "$tarball.tmp" && mv "$tarball.tmp" "$tarball" || die "docker save $image failed"
-  rm -f "$(ls "$IMG"/"$(echo "$image" | tr '/:' '__')"-*.tar | grep -v "$tarball")" 2>/dev/null || true
+  ls "$IMG/$(echo "$image" | tr '/:' '__')"-*.tar 2>/dev/null | grep -vxF "$tarball" | xargs -r rm -f || true # older versions
   rm -rf "$d"
   log "image built: $image"
   echo "$tarball" >>"$WORK/preload"
