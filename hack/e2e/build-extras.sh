@@ -36,7 +36,8 @@ gomod_build() {
 build_etcd() {
   gomod_build "$BIN/etcd-$ETCD_VERSION" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3 \
     "-X go.etcd.io/etcd/api/v3/version.GitSHA=meshctl"
-  "$BIN/etcd-$ETCD_VERSION" --version | grep -q "etcd Version: ${ETCD_VERSION#v}" || die "etcd reports wrong version"
+  local v; v=$("$BIN/etcd-$ETCD_VERSION" --version) # (no pipe into grep -q: SIGPIPE + pipefail)
+  [[ "$v" == *"etcd Version: ${ETCD_VERSION#v}"* ]] || die "etcd reports a wrong version: $v"
 }
 build_coredns() {
   gomod_build "$BIN/coredns-$COREDNS_VERSION" github.com/coredns/coredns "$COREDNS_VERSION" github.com/coredns/coredns \
