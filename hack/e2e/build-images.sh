@@ -27,16 +27,30 @@ STORAGE_IMAGE=$(sed -n 's/^const storageProvisionerImage = "\(.*\)"/\1/p' "$KIND
 STORAGE_HELPER_IMAGE=$(sed -n 's/^const storageHelperImage = "\(.*\)"/\1/p' "$KIND_SRC/pkg/build/nodeimage/const_storage.go")
 [ -n "$KINDNETD_IMAGE" ] || die "cannot find kindnetdImage in kind $KIND_VERSION sources"
 
-hash_files() { cat "$@" | sha256sum | cut -c1-16; }
+# content hash of files, memoized by (path, size, mtime) so a warm rerun does not re-read ~1 GB
+HASHMEMO=$IMG/.hashmemo
+touch "$HASHMEMO"
+hash_file() {
+  local id h; id=$(stat -c '%n|%s|%Y' "$1")
+  h=$(grep -F "$id " "$HASHMEMO" | tail -1 | cut -d' ' -f2) || true
+  if [ -z "$h" ]; then h=$(sha256sum <"$1" | cut -c1-16); echo "$id $h" >>"$HASHMEMO"; fi
+  echo "$h"
+}
+hash_files() { local f; for f in "$@"; do hash_file "$f"; done | sha256sum | cut -c1-16; }
 image_key() { docker image inspect -f '{{ index .Config.Labels "meshctl.key" }}' "$1" 2>/dev/null || true; }
 
 # import_dir IMAGE DIR KEY CHANGES...: docker import DIR as IMAGE (single layer) unless IMAGE has KEY
 import_dir() {
   local image=$1 dir=$2 key=$3; shift 3
-  local changes=(--change "LABEL meshctl.key=$key")
-  local c; for c in "$@"; do changes+=(--change "$c"); done
+  local changes=(--change "LABEL meshctl.key=$key") stopsignal=""
+  local c; for c in "$@"; do
+    case "$c" in STOPSIGNAL*) stopsignal=$c ;; *) changes+=(--change "$c") ;; esac
+  done
   tar -C "$dir" --numeric-owner --owner=0 --group=0 -c . | docker import "${changes[@]}" - "$image" >/dev/null \
     || die "docker import $image failed"
+  # docker 20.10 accepts STOPSIGNAL neither in import nor in commit; kind removes nodes with
+  # `docker rm -f` (SIGKILL), so the image goes without it
+  [ -z "$stopsignal" ] || log "note: $image built without $stopsignal (docker $(docker version -f '{{.Server.Version}}') cannot set it)"
 }
 
 # minimal rootfs skeleton shared by the small images
@@ -68,8 +82,8 @@ iptables_bundle() {
         [ -e "$b" ] || continue
         canon "$b"
         for l in $(ldd "$b" | grep -o "/[^ ]*"); do canon "$l"; done
-        for l in /usr/lib/x86_64-linux-gnu/xtables/*.so; do for m in $(ldd "$l" | grep -o "/[^ ]*"); do canon "$m"; done; done
-      done' | sort -u) || die "cannot list iptables files in the node rootfs"
+      done
+      for l in /usr/lib/x86_64-linux-gnu/xtables/*.so; do ldd "$l" | grep -o "/[^ ]*"; done | sort -u | while read -r m; do canon "$m"; done' | sort -u) || die "cannot list iptables files in the node rootfs"
     local f
     for f in $files; do (cd "$r" && cp -a --parents "${f#/}" "$IPT_DIR/"); done
     (cd "$r" && cp -a --parents usr/lib/x86_64-linux-gnu/xtables "$IPT_DIR/")
@@ -101,7 +115,7 @@ small_image() {
   $setup "$d"
   import_dir "$image" "$d" "$key" "$PATHENV" "$@"
   docker save "$image" -o "$tarball.tmp" && mv "$tarball.tmp" "$tarball" || die "docker save $image failed"
-  rm -f "$(ls "$IMG"/"$(echo "$image" | tr '/:' '__')"-*.tar | grep -v "$tarball")" 2>/dev/null || true
+  ls "$IMG/$(echo "$image" | tr '/:' '__')"-*.tar 2>/dev/null | grep -vxF "$tarball" | xargs -r rm -f || true # older versions
   rm -rf "$d"
   log "image built: $image"
   echo "$tarball" >>"$WORK/preload"
@@ -154,7 +168,7 @@ small_image "$REGISTRY_IMAGE" "$(hash_files "$B/registry-$REGISTRY_VERSION")" se
 grep -v "$(echo "$REGISTRY_IMAGE" | tr '/:' '__')" "$WORK/preload" >"$WORK/preload.node"
 
 # ---- node image --------------------------------------------------------------------------
-NODE_KEY=$( (sha256sum "$ROOTFS_TAR" | cut -c1-16; hash_files "$KB/kubelet" "$KB/kubeadm" "$KB/kubectl";
+NODE_KEY=$( (hash_files "$ROOTFS_TAR" "$KB/kubelet" "$KB/kubeadm" "$KB/kubectl";
   cat "$WORK/preload.node"; find "$KIND_SRC/images/base/files" -type f -print0 | sort -z | xargs -0 cat | sha256sum;
   cat "$0" "$E2E_DIR/files/"*) | sha256sum | cut -c1-16)
 if [ "$(image_key "$NODE_IMAGE")" = "$NODE_KEY" ]; then
@@ -249,6 +263,7 @@ TOML
     'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' "$PATHENV"
   rm -rf "$r"
 fi
+docker image prune -f --filter label=meshctl.key >/dev/null 2>&1 || true
 echo "NODE_IMAGE=$NODE_IMAGE"
 echo "REGISTRY_IMAGE=$REGISTRY_IMAGE"
 echo "BUSYBOX_IMAGE=$BUSYBOX_IMAGE"

@@ -77,6 +77,15 @@ start_dockerd() {
 
 need_root
 mount_cgroup_v1
+if engine_answers && ! [ -f /run/meshctl-dockerd.pid ] && ! [ -d /run/systemd/system ]; then
+  # an engine we did not start: leave its configuration alone
+  if cap_sys_resource_missing && ! grep -q runc-nocap /etc/docker/daemon.json 2>/dev/null; then
+    log "WARNING: this docker engine was not started by meshctl and has no CAP_SYS_RESOURCE runc wrapper;"
+    log "         privileged containers (kind nodes) will fail with 'unable to apply caps' (see hack/e2e/README.md)"
+  fi
+  log "docker engine answers ($(docker version -f '{{.Server.Version}}' 2>/dev/null))"
+  exit 0
+fi
 changed=0
 write_daemon_json || changed=1
 if engine_answers && [ $changed = 0 ]; then

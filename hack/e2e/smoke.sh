@@ -62,7 +62,9 @@ check() { # $1 cluster name, $2 kubeconfig
     || die "$1: DNS lookup through CoreDNS failed"
   local ip
   for ip in $("${k[@]}" get pods -o jsonpath='{.items[*].status.podIP}'); do
-    [ "$("${k[@]}" exec bb0 -- wget -q -T 5 -O - "http://$ip:8080/")" = ok ] || die "$1: pod bb0 cannot reach pod $ip:8080"
+    # (Debian's busybox-static wget segfaults; plain HTTP over nc instead)
+    [ "$("${k[@]}" exec bb0 -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $ip 8080" | tail -1)" = ok ] \
+      || die "$1: pod bb0 cannot reach pod $ip:8080"
   done
   log "$1: nodes Ready, CoreDNS ready, busybox pods run, DNS and pod-to-pod work"
 }
