@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/meshctl/meshctl/internal/fsutil"
 )
 
 // kubeconfig returns a cluster's kubeconfig with its cluster, user and
@@ -100,31 +102,11 @@ func (p *Provider) exportKubeconfigs(plan *Plan, c ClusterPlan) error {
 	return nil
 }
 
-// writePrivate writes a file with mode 0600 (in a 0700 directory) through a
-// temporary file, so a reader never sees half a kubeconfig.
+// writePrivate writes a file with mode 0600 in a 0700 directory, atomically.
 func writePrivate(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path))
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
+	return fsutil.WriteFile(path, data, 0o600)
 }

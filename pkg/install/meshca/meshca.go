@@ -14,6 +14,8 @@ import (
 	"math/big"
 	"path/filepath"
 	"time"
+
+	"github.com/meshctl/meshctl/internal/fsutil"
 )
 
 // Lifetimes: long, because a test environment's root should outlive the
@@ -179,7 +181,7 @@ func (a *Authority) ensureRoot() (issuer, Files, error) {
 	if err := writeKey(f.Files[RootKeyFile], root.key); err != nil {
 		return issuer{}, f, err
 	}
-	if err := writeFile(f.Files[RootCertFile], encodeCerts(root.cert), 0o644); err != nil {
+	if err := fsutil.WriteFile(f.Files[RootCertFile], encodeCerts(root.cert), 0o644); err != nil {
 		return issuer{}, f, err
 	}
 	f.NotAfter = root.cert.NotAfter
@@ -245,7 +247,7 @@ func (a *Authority) ensureIntermediate(cluster string, root issuer, newRoot bool
 		{RootCertFile, rootPEM},
 		{CertChainFile, encodeCerts(inter.cert, root.cert)},
 	} {
-		if err := writeFile(f.Files[w.name], w.data, 0o644); err != nil {
+		if err := fsutil.WriteFile(f.Files[w.name], w.data, 0o644); err != nil {
 			return f, err
 		}
 	}
