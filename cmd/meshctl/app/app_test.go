@@ -44,20 +44,27 @@ func TestDryRunGolden(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errOut)
 			}
-			path := filepath.Join(testdata, "golden", tt.golden)
-			if *update {
-				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./cmd/meshctl/app -update)", err)
-			}
-			if out != string(want) {
-				t.Errorf("output differs from %s (rerun with -update if intended):\n%s", path, out)
-			}
+			checkGolden(t, tt.golden, out)
 		})
+	}
+}
+
+// checkGolden compares out with testdata/golden/NAME, rewriting it first
+// under -update.
+func checkGolden(t *testing.T, name, out string) {
+	t.Helper()
+	path := filepath.Join(testdata, "golden", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/meshctl/app -update)", err)
+	}
+	if out != string(want) {
+		t.Errorf("output differs from %s (rerun with -update if intended):\n%s", path, out)
 	}
 }
 

@@ -2,7 +2,6 @@ package app
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,19 +31,7 @@ func TestValuesGolden(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errOut)
 			}
-			path := filepath.Join(testdata, "golden", tt.golden)
-			if *update {
-				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./cmd/meshctl/app -update)", err)
-			}
-			if out != string(want) {
-				t.Errorf("output differs from %s (rerun with -update if intended):\n%s", path, out)
-			}
+			checkGolden(t, tt.golden, out)
 			checkValuesParse(t, tt.golden, out)
 		})
 	}
