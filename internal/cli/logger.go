@@ -54,9 +54,6 @@ func (l *Logger) Named(name string, shift int) log.Logger {
 // ColorEnabled reports whether status lines may use color and rewrite the line.
 func (l *Logger) ColorEnabled() bool { return l.color }
 
-// Verbosity is the highest level shown.
-func (l *Logger) Verbosity() log.Level { return l.verbosity }
-
 func (l *Logger) write(prefix, msg string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
