@@ -51,6 +51,21 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 		Expect(res.Registry).NotTo(BeNil())
 	})
 
+	It("installs one root CA and a distinct intermediate in every cluster", func() {
+		var roots, intermediates []string
+		for _, c := range res.Clusters {
+			sec, err := clientset(c.Kubeconfig).CoreV1().Secrets("istio-system").Get(context.Background(), "cacerts", metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred(), c.Name)
+			Expect(sec.Data).To(HaveKey("ca-key.pem"))
+			Expect(sec.Data).To(HaveKey("cert-chain.pem"))
+			roots = append(roots, string(sec.Data["root-cert.pem"]))
+			intermediates = append(intermediates, string(sec.Data["ca-cert.pem"]))
+		}
+		Expect(roots[0]).To(HavePrefix("-----BEGIN CERTIFICATE-----"))
+		Expect(roots[1]).To(Equal(roots[0]))
+		Expect(intermediates[1]).NotTo(Equal(intermediates[0]))
+	})
+
 	It("reports every node Ready, with pod CIDRs from the plan", func() {
 		var st cluster.StatusResult
 		Eventually(func(g Gomega) {

@@ -51,6 +51,11 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 					return fmt.Errorf("clusters are up, but connecting them failed (rerun `meshctl connect`): %w", err)
 				}
 			}
+			if g.settings.GetBool("cacerts") {
+				if err := g.installCacerts(cmd.Context(), res); err != nil {
+					return fmt.Errorf("clusters are up, but installing the shared root CA failed (rerun `meshctl up`): %w", err)
+				}
+			}
 			return print(g.streams.Out, format, res, func(w io.Writer) error { return printUp(w, res) })
 		},
 	}
@@ -67,6 +72,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 	f.Bool("recreate", false, "delete and recreate existing clusters that differ from the plan")
 	f.Duration("wait", cluster.DefaultWait, "how long to wait for each control plane to be Ready")
 	f.Bool("connect", true, "route pods and services between clusters on the same network (as `meshctl connect`)")
+	f.Bool("cacerts", true, "give each cluster its intermediate of the environment's shared root CA (istio-system/cacerts; files as `meshctl ca`)")
 	f.Bool("registry", true, "run a local registry (localhost:<registry-port>) that every node pulls from")
 	f.String("registry-name", cluster.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")
 	f.String("registry-image", cluster.DefaultRegistryImage, "image of the local registry container")
