@@ -60,13 +60,10 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 		},
 	}
 	f := cmd.Flags()
-	f.Int("clusters", 0, "number of clusters, named cluster1..N (default 1 without --topology)")
-	f.Int("networks", 0, "spread the clusters round-robin over this many networks (default 1)")
+	addPlanFlags(f)
 	f.Int("workers", 0, "worker nodes per cluster, besides the control-plane node")
-	f.String("ip-family", cluster.IPv4, "ipv4, ipv6 or dual")
 	f.String("image", "", "kind node image (default: kind's)")
 	f.String("name-prefix", "", `prefix of kind cluster names (default "<env>-", none for the default environment)`)
-	f.String("topology", "", "topology file: Istio's JSON array of clusters (or the same in YAML)")
 	f.Bool("dry-run", false, "print the plan, including each cluster's kind config, and create nothing")
 	f.Bool("retain", false, "keep clusters whose creation failed, for debugging")
 	f.Bool("recreate", false, "delete and recreate existing clusters that differ from the plan")
