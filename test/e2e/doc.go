@@ -10,5 +10,7 @@
 //	MESHCTL_E2E_IMAGE           node image (default meshctl/node:v1.34.4)
 //	MESHCTL_E2E_REGISTRY_IMAGE  registry image (default meshctl/registry:v3.0.0)
 //	MESHCTL_E2E_TEST_IMAGE      image pushed to the registry (default meshctl/busybox:latest)
+//	MESHCTL_E2E_ENV             environment name, prefix of every cluster (default e2e)
+//	MESHCTL_E2E_REGISTRY_PORT   host port of the local registry (default 5001)
 //	MESHCTL_E2E_KEEP            keep the clusters after the suite (debugging)
 package e2e

@@ -19,10 +19,13 @@ import (
 	"github.com/meshctl/meshctl/pkg/connect"
 )
 
-const (
-	env          = "e2e"
-	registryName = "meshctl-e2e-registry"
-	registryPort = "5001"
+// env, registryName and registryPort default to "e2e", meshctl-e2e-registry and
+// 5001; MESHCTL_E2E_ENV and MESHCTL_E2E_REGISTRY_PORT change them so that two runs
+// of the suite on one machine (two developers, two worktrees) never share clusters.
+var (
+	env          = envOr("MESHCTL_E2E_ENV", "e2e")
+	registryName = "meshctl-" + env + "-registry"
+	registryPort = envOr("MESHCTL_E2E_REGISTRY_PORT", "5001")
 )
 
 var _ = Describe("the cluster lifecycle", Ordered, func() {
