@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/meshctl/meshctl/internal/parallel"
 )
 
 // Existing is a kind cluster found on this machine.
@@ -200,7 +202,7 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 
 // deleteClusters deletes clusters concurrently and removes their kubeconfigs.
 func (p *Provider) deleteClusters(env string, cs []ClusterPlan) error {
-	return concurrently(cs, func(c ClusterPlan) error {
+	return parallel.ForEach(cs, func(c ClusterPlan) error {
 		kc := p.KubeconfigPath(env, c.Name, false)
 		if err := p.kind.Delete(c.KindName, kc); err != nil {
 			return fmt.Errorf("deleting cluster %q (kind cluster %s): %w", c.Name, c.KindName, err)

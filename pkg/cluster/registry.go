@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/meshctl/meshctl/internal/parallel"
+
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
 )
 
@@ -46,7 +48,7 @@ func (p *Provider) configureRegistry(ctx context.Context, r Registry, c ClusterP
 	}
 	dir := fmt.Sprintf("%s/localhost:%d", registryCertsDir, r.Port)
 	hosts := fmt.Sprintf("[host.\"http://%s:5000\"]\n", r.Name)
-	err = concurrently(ns, func(n nodes.Node) error {
+	err = parallel.ForEach(ns, func(n nodes.Node) error {
 		cmd := n.Command("sh", "-c", fmt.Sprintf("mkdir -p '%s' && cat > '%s/hosts.toml'", dir, dir))
 		cmd.SetStdin(strings.NewReader(hosts))
 		if err := cmd.Run(); err != nil {

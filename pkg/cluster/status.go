@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"strings"
+
+	"github.com/meshctl/meshctl/internal/parallel"
 )
 
 // StatusResult is an environment's state as `meshctl status` reports it.
@@ -36,7 +38,7 @@ func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusRes
 		return nil, err
 	}
 	res := &StatusResult{Env: env, Clusters: make([]ClusterStatus, len(cs)), Ready: len(cs) > 0}
-	_ = concurrently(indexes(len(cs)), func(i int) error {
+	_ = parallel.ForEach(indexes(len(cs)), func(i int) error {
 		res.Clusters[i] = p.clusterStatus(ctx, cs[i])
 		return nil
 	})

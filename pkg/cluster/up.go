@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshctl/meshctl/internal/parallel"
+
 	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/pkg/version"
 )
@@ -128,7 +130,7 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 	}
 
 	status.Start("Writing kubeconfigs and registry settings")
-	err = concurrently(plan.Clusters, func(c ClusterPlan) error {
+	err = parallel.ForEach(plan.Clusters, func(c ClusterPlan) error {
 		if err := p.exportKubeconfigs(plan, c); err != nil {
 			return err
 		}
@@ -170,7 +172,7 @@ func (p *Provider) classify(plan *Plan, recreate bool) (map[string]string, error
 	actions := map[string]string{}
 	var conflicts []string
 	var mu sync.Mutex
-	err = concurrently(plan.Clusters, func(c ClusterPlan) error {
+	err = parallel.ForEach(plan.Clusters, func(c ClusterPlan) error {
 		act, conflict, err := p.classifyOne(plan, c, exists[c.KindName], recreate)
 		mu.Lock()
 		defer mu.Unlock()
@@ -225,7 +227,7 @@ func (p *Provider) createAll(ctx context.Context, plan *Plan, create []ClusterPl
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- concurrently(create, func(c ClusterPlan) error { return p.createOne(plan, c, o.wait) })
+		done <- parallel.ForEach(create, func(c ClusterPlan) error { return p.createOne(plan, c, o.wait) })
 	}()
 	var err error
 	select {
@@ -274,7 +276,7 @@ func (p *Provider) createOne(plan *Plan, c ClusterPlan, wait time.Duration) erro
 // unless retain. Errors are reported, not returned: the original failure is
 // what the user needs to see.
 func (p *Provider) rollback(plan *Plan, created []ClusterPlan, retain bool) {
-	_ = concurrently(created, func(c ClusterPlan) error {
+	_ = parallel.ForEach(created, func(c ClusterPlan) error {
 		dir := p.LogsDir(plan.Env, c.Name)
 		if err := p.kind.CollectLogs(c.KindName, dir); err != nil {
 			p.logger.Warnf("cluster %q: exporting logs: %v", c.Name, err)
@@ -299,20 +301,6 @@ func (p *Provider) LogsDir(env, cluster string) string {
 
 // concurrently runs f for every item at once and joins the errors, in the
 // items' order so that messages read the same on every run.
-func concurrently[T any](items []T, f func(T) error) error {
-	errs := make([]error, len(items))
-	var wg sync.WaitGroup
-	for i, it := range items {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f(it)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
 func kindNames(cs []ClusterPlan) string {
 	names := make([]string, len(cs))
 	for i, c := range cs {

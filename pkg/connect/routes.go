@@ -8,7 +8,8 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
-	"sync"
+
+	"github.com/meshctl/meshctl/internal/parallel"
 )
 
 // Node is one node of a cluster: its address(es) on the shared network and
@@ -151,26 +152,15 @@ type Executor interface {
 // A node's routes go in as one batch, so a node has all of its routes or —
 // when the batch fails — the error says which node and line.
 func Apply(ctx context.Context, x Executor, plan []NodeRoutes) error {
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	for _, nr := range plan {
+	return parallel.ForEach(plan, func(nr NodeRoutes) error {
 		if len(nr.Routes) == 0 {
-			continue
+			return nil
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := x.Exec(ctx, nr.Cluster, nr.Node, Batch(nr.Routes), "ip", "-batch", "-"); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("cluster %q: node %s: adding %d routes: %w", nr.Cluster, nr.Node, len(nr.Routes), err))
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
-	return errors.Join(errs...)
+		if err := x.Exec(ctx, nr.Cluster, nr.Node, Batch(nr.Routes), "ip", "-batch", "-"); err != nil {
+			return fmt.Errorf("cluster %q: node %s: adding %d routes: %w", nr.Cluster, nr.Node, len(nr.Routes), err)
+		}
+		return nil
+	})
 }
 
 // String renders a plan for people: one block per node.

@@ -2,9 +2,9 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
+
+	"github.com/meshctl/meshctl/internal/parallel"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -34,17 +34,9 @@ func (g *globals) doInstallCacerts(ctx context.Context, res *cluster.UpResult) e
 	if _, err := authority.Ensure(names...); err != nil {
 		return err
 	}
-	errs := make([]error, len(res.Clusters))
-	var wg sync.WaitGroup
-	for i, c := range res.Clusters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = installCacertsIn(ctx, authority, c)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return parallel.ForEach(res.Clusters, func(c cluster.ClusterResult) error {
+		return installCacertsIn(ctx, authority, c)
+	})
 }
 
 func installCacertsIn(ctx context.Context, authority *meshca.Authority, c cluster.ClusterResult) error {
