@@ -333,20 +333,61 @@ type downstreamBody struct {
 	once    sync.Once
 	done    chan struct{}
 	counter interface{ Add(float64) }
+	// While data flows, the socket is read 64 KiB at a time into a pooled
+	// buffer and handed to the transport a DATA frame at a time (frames are
+	// 16 KiB: see defaultMaxReadFrameSize): one syscall instead of four per
+	// 64 KiB. An idle tunnel holds no such buffer.
+	big     *[]byte
+	pending []byte
+	err     error // the socket's error, returned once pending is drained
 }
 
 func (b *downstreamBody) Read(p []byte) (int, error) {
-	// A non-EOF error (a downstream RST) is passed on as is: the transport
-	// answers it with RST_STREAM, which is what a downstream abort becomes.
 	// The transport sends each Read as one DATA frame; see maxRecordData.
 	if len(p) > maxRecordData {
 		p = p[:maxRecordData]
 	}
-	n, err := b.conn.Read(p)
+	if len(b.pending) > 0 {
+		n := copy(p, b.pending)
+		b.pending = b.pending[n:]
+		return n, nil
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.big == nil {
+		n, err := b.conn.Read(p)
+		if n > 0 {
+			b.counter.Add(float64(n))
+		}
+		if n == len(p) && err == nil { // a full read: data is flowing
+			b.big = bigBufs.Get().(*[]byte)
+		}
+		// A non-EOF error (a downstream RST) is passed on as is: the
+		// transport answers it with RST_STREAM, which is what a downstream
+		// abort becomes.
+		return n, err
+	}
+	n, err := b.conn.Read(*b.big)
 	if n > 0 {
 		b.counter.Add(float64(n))
 	}
-	return n, err
+	m := copy(p, (*b.big)[:n])
+	b.pending = (*b.big)[m:n]
+	if n < len(*b.big)/4 || err != nil {
+		// The flow slowed down (or ended): copy the little that is left
+		// out of the pooled buffer and give it back.
+		if len(b.pending) > 0 {
+			b.pending = append([]byte(nil), b.pending...)
+		}
+		bigBufs.Put(b.big)
+		b.big = nil
+	}
+	if len(b.pending) > 0 {
+		b.err = err // if any, it comes once pending is drained
+		return m, nil
+	}
+	return m, err
 }
 
 // recordSizedReader caps reads like downstreamBody does, for Dial's pipe.
