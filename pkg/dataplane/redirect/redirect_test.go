@@ -175,6 +175,31 @@ func TestIntegrationRedirectRealTraffic(t *testing.T) {
 	check("after Remove inbound goes direct", peer, "10.99.0.1:8080", "", 0, "app", "")
 }
 
+// TestIntegrationApplyWithIPv6Disabled: a pod without IPv6 (disable_ipv6)
+// gets its rules; only the IPv6 return route, which it cannot use, is left out.
+func TestIntegrationApplyWithIPv6Disabled(t *testing.T) {
+	netnstest.Require(t)
+	pod := netnstest.New(t)
+	err := netnstest.Do(pod, func() error {
+		for _, f := range []string{"all", "default", "lo"} {
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+f+"/disable_ipv6", []byte("1"), 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Skipf("cannot disable IPv6 in a netns here: %v", err)
+	}
+	r := New()
+	if err := r.Apply(pod); err != nil {
+		t.Fatalf("Apply with IPv6 disabled: %v", err)
+	}
+	if err := r.Remove(pod); err != nil {
+		t.Fatalf("Remove with IPv6 disabled: %v", err)
+	}
+}
+
 func TestApplyFailsOnANonNetnsFd(t *testing.T) {
 	t.Parallel()
 	f, err := os.Open(os.DevNull)

@@ -64,10 +64,11 @@ func hasRule(h *netlink.Handle, family int) (bool, error) {
 	return false, nil
 }
 
-// ipv6Off reports the errors of a pod whose IPv6 is disabled: it has no
-// IPv6 traffic to route back, so there is nothing to install.
+// ipv6Off reports the errors of a pod whose IPv6 is disabled (no IPv6 in the
+// kernel, or disable_ipv6 on lo: EACCES): it has no IPv6 traffic to route
+// back, so there is nothing to install.
 func ipv6Off(err error) bool {
-	return errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP)
+	return errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EACCES)
 }
 
 func applyReturnRoutes(ns *os.File) error {
