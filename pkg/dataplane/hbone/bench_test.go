@@ -310,8 +310,11 @@ func BenchmarkIdleTunnelMemory(b *testing.B) {
 				}
 				time.Sleep(100 * time.Millisecond) // let every goroutine settle into its idle read
 				after, stackAfter := memInUse()
-				perTunnel = float64(after-before) / n
-				stackPerTunnel = float64(stackAfter-stackBefore) / n
+				// Signed: the heap can shrink across the run (sync.Pool
+				// victims from earlier benchmarks), which unsigned
+				// arithmetic would turn into 1.8e19.
+				perTunnel = float64(int64(after)-int64(before)) / n
+				stackPerTunnel = float64(int64(stackAfter)-int64(stackBefore)) / n
 				for _, c := range conns {
 					c.Close()
 				}
