@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"net/url"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -294,7 +295,7 @@ func newTraceparent() string {
 func (d *Dialer) Proxy(ctx context.Context, t Target, downstream net.Conn) error {
 	// The transport reads the request body straight from downstream, so no
 	// extra goroutine and buffer per tunnel are needed for that direction.
-	body := &downstreamBody{conn: downstream, done: make(chan struct{}), counter: d.cfg.metrics.sent.WithLabelValues("outbound")}
+	body := &downstreamBody{conn: downstream, rc: rawConn(downstream), done: make(chan struct{}), counter: d.cfg.metrics.sent.WithLabelValues("outbound")}
 	resp, cancel, err := d.roundTrip(ctx, t, body)
 	if err != nil {
 		return err
@@ -333,10 +334,10 @@ type downstreamBody struct {
 	once    sync.Once
 	done    chan struct{}
 	counter interface{ Add(float64) }
-	// While data flows, the socket is read 64 KiB at a time into a pooled
-	// buffer and handed to the transport a DATA frame at a time (frames are
-	// 16 KiB: see defaultMaxReadFrameSize): one syscall instead of four per
-	// 64 KiB. An idle tunnel holds no such buffer.
+	// A TCP downstream is read with readPooled: up to 64 KiB per syscall,
+	// handed to the transport a DATA frame at a time (frames are 16 KiB: see
+	// defaultMaxReadFrameSize), and no buffer held while the tunnel is idle.
+	rc      syscall.RawConn
 	big     *[]byte
 	pending []byte
 	err     error // the socket's error, returned once pending is drained
@@ -347,47 +348,34 @@ func (b *downstreamBody) Read(p []byte) (int, error) {
 	if len(p) > maxRecordData {
 		p = p[:maxRecordData]
 	}
-	if len(b.pending) > 0 {
-		n := copy(p, b.pending)
-		b.pending = b.pending[n:]
-		return n, nil
-	}
-	if b.err != nil {
-		return 0, b.err
-	}
-	if b.big == nil {
+	if b.rc == nil {
+		// A non-EOF error (a downstream RST) is passed on as is: the
+		// transport answers it with RST_STREAM, which is what a downstream
+		// abort becomes.
 		n, err := b.conn.Read(p)
 		if n > 0 {
 			b.counter.Add(float64(n))
 		}
-		if n == len(p) && err == nil { // a full read: data is flowing
-			b.big = bigBufs.Get().(*[]byte)
-		}
-		// A non-EOF error (a downstream RST) is passed on as is: the
-		// transport answers it with RST_STREAM, which is what a downstream
-		// abort becomes.
 		return n, err
 	}
-	n, err := b.conn.Read(*b.big)
-	if n > 0 {
-		b.counter.Add(float64(n))
-	}
-	m := copy(p, (*b.big)[:n])
-	b.pending = (*b.big)[m:n]
-	if n < len(*b.big)/4 || err != nil {
-		// The flow slowed down (or ended): copy the little that is left
-		// out of the pooled buffer and give it back.
-		if len(b.pending) > 0 {
-			b.pending = append([]byte(nil), b.pending...)
+	if len(b.pending) == 0 && b.err == nil {
+		var n int
+		b.big, n, b.err = readPooled(b.rc)
+		if b.big != nil {
+			b.pending = (*b.big)[:n]
+			b.counter.Add(float64(n))
 		}
+	}
+	n := copy(p, b.pending)
+	b.pending = b.pending[n:]
+	if len(b.pending) == 0 && b.big != nil {
 		bigBufs.Put(b.big)
 		b.big = nil
 	}
-	if len(b.pending) > 0 {
-		b.err = err // if any, it comes once pending is drained
-		return m, nil
+	if n > 0 {
+		return n, nil // an error, if any, comes on the next Read
 	}
-	return m, err
+	return 0, b.err
 }
 
 // recordSizedReader caps reads like downstreamBody does, for Dial's pipe.
