@@ -293,9 +293,9 @@ func BenchmarkIdleTunnelMemory(b *testing.B) {
 	e := newBenchEnv(b)
 	for _, tr := range e.transports() {
 		b.Run(tr.name, func(b *testing.B) {
-			var perTunnel float64
+			var perTunnel, stackPerTunnel float64
 			for i := 0; i < b.N; i++ {
-				before := memInUse()
+				before, stackBefore := memInUse()
 				conns := make([]net.Conn, 0, n)
 				one := make([]byte, 1)
 				for j := 0; j < n; j++ {
@@ -309,13 +309,19 @@ func BenchmarkIdleTunnelMemory(b *testing.B) {
 					conns = append(conns, c)
 				}
 				time.Sleep(100 * time.Millisecond) // let every goroutine settle into its idle read
-				after := memInUse()
-				perTunnel = float64(after-before) / n
+				after, stackAfter := memInUse()
+				// Signed: the heap can shrink across the run (sync.Pool
+				// victims from earlier benchmarks), which unsigned
+				// arithmetic would turn into 1.8e19.
+				perTunnel = float64(int64(after)-int64(before)) / n
+				stackPerTunnel = float64(int64(stackAfter)-int64(stackBefore)) / n
 				for _, c := range conns {
 					c.Close()
 				}
 			}
 			b.ReportMetric(perTunnel, "bytes/tunnel")
+			// Of which goroutine stacks: the rest is heap.
+			b.ReportMetric(stackPerTunnel, "stack-bytes/tunnel")
 		})
 	}
 }
@@ -327,10 +333,11 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func memInUse() uint64 {
+// memInUse returns heap+stack in use, and stack alone.
+func memInUse() (total, stack uint64) {
 	runtime.GC()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse + ms.StackInuse
+	return ms.HeapInuse + ms.StackInuse, ms.StackInuse
 }

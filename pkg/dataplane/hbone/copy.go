@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 
@@ -25,10 +26,66 @@ const (
 
 var bigBufs = sync.Pool{New: func() any { b := make([]byte, bigBufSize); return &b }}
 
+// readPooled reads from a socket into a pooled buffer that is taken only once
+// the socket is readable: a connection waiting for data, idle, holds none,
+// and one with data queued gets it in a single large read. The caller owns
+// the returned buffer (nil with an error) and puts it back into bigBufs.
+func readPooled(rc syscall.RawConn) (*[]byte, int, error) {
+	var (
+		buf  *[]byte
+		n    int
+		rerr error
+	)
+	err := rc.Read(func(fd uintptr) bool {
+		buf = bigBufs.Get().(*[]byte)
+		for {
+			n, rerr = syscall.Read(int(fd), *buf)
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		if rerr == syscall.EAGAIN {
+			bigBufs.Put(buf)
+			buf = nil
+			return false // wait until readable, holding nothing
+		}
+		return true
+	})
+	switch {
+	case err == nil && rerr != nil:
+		err = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", rerr)}
+	case err == nil && n == 0:
+		err = io.EOF
+	}
+	if err != nil {
+		if buf != nil {
+			bigBufs.Put(buf)
+		}
+		return nil, 0, err
+	}
+	return buf, n, nil
+}
+
+// rawConn returns c's raw socket when it has one (TCP), for readPooled.
+func rawConn(c any) syscall.RawConn {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
+
 // splice copies src to dst until src ends, flushing after each write when
 // flush is set (an h2 response writer buffers otherwise). It returns the first
 // read error (io.EOF for a clean end) and whether it was a write that failed.
 func splice(dst io.Writer, src io.Reader, flush func(), counter prometheus.Counter) (readErr error, writeFailed bool) {
+	if rc := rawConn(src); rc != nil {
+		return spliceSocket(dst, rc, flush, counter)
+	}
 	small := make([]byte, smallBufSize)
 	var big *[]byte
 	defer func() {
@@ -62,6 +119,27 @@ func splice(dst io.Writer, src io.Reader, flush func(), counter prometheus.Count
 		case big != nil && n < len(buf)/4:
 			bigBufs.Put(big)
 			big = nil
+		}
+	}
+}
+
+// spliceSocket is splice from a socket: no buffer at all while idle.
+func spliceSocket(dst io.Writer, src syscall.RawConn, flush func(), counter prometheus.Counter) (readErr error, writeFailed bool) {
+	for {
+		buf, n, err := readPooled(src)
+		if err != nil {
+			return err, false
+		}
+		_, werr := dst.Write((*buf)[:n])
+		bigBufs.Put(buf)
+		if werr != nil {
+			return werr, true
+		}
+		if flush != nil {
+			flush()
+		}
+		if counter != nil {
+			counter.Add(float64(n))
 		}
 	}
 }

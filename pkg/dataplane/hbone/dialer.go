@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"net/url"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -294,7 +295,7 @@ func newTraceparent() string {
 func (d *Dialer) Proxy(ctx context.Context, t Target, downstream net.Conn) error {
 	// The transport reads the request body straight from downstream, so no
 	// extra goroutine and buffer per tunnel are needed for that direction.
-	body := &downstreamBody{conn: downstream, done: make(chan struct{}), counter: d.cfg.metrics.sent.WithLabelValues("outbound")}
+	body := &downstreamBody{conn: downstream, rc: rawConn(downstream), done: make(chan struct{}), counter: d.cfg.metrics.sent.WithLabelValues("outbound")}
 	resp, cancel, err := d.roundTrip(ctx, t, body)
 	if err != nil {
 		return err
@@ -333,20 +334,48 @@ type downstreamBody struct {
 	once    sync.Once
 	done    chan struct{}
 	counter interface{ Add(float64) }
+	// A TCP downstream is read with readPooled: up to 64 KiB per syscall,
+	// handed to the transport a DATA frame at a time (frames are 16 KiB: see
+	// defaultMaxReadFrameSize), and no buffer held while the tunnel is idle.
+	rc      syscall.RawConn
+	big     *[]byte
+	pending []byte
+	err     error // the socket's error, returned once pending is drained
 }
 
 func (b *downstreamBody) Read(p []byte) (int, error) {
-	// A non-EOF error (a downstream RST) is passed on as is: the transport
-	// answers it with RST_STREAM, which is what a downstream abort becomes.
 	// The transport sends each Read as one DATA frame; see maxRecordData.
 	if len(p) > maxRecordData {
 		p = p[:maxRecordData]
 	}
-	n, err := b.conn.Read(p)
-	if n > 0 {
-		b.counter.Add(float64(n))
+	if b.rc == nil {
+		// A non-EOF error (a downstream RST) is passed on as is: the
+		// transport answers it with RST_STREAM, which is what a downstream
+		// abort becomes.
+		n, err := b.conn.Read(p)
+		if n > 0 {
+			b.counter.Add(float64(n))
+		}
+		return n, err
 	}
-	return n, err
+	if len(b.pending) == 0 && b.err == nil {
+		var n int
+		b.big, n, b.err = readPooled(b.rc)
+		if b.big != nil {
+			b.pending = (*b.big)[:n]
+			b.counter.Add(float64(n))
+		}
+	}
+	n := copy(p, b.pending)
+	b.pending = b.pending[n:]
+	if len(b.pending) == 0 && b.big != nil {
+		bigBufs.Put(b.big)
+		b.big = nil
+	}
+	if n > 0 {
+		return n, nil // an error, if any, comes on the next Read
+	}
+	return 0, b.err
 }
 
 // recordSizedReader caps reads like downstreamBody does, for Dial's pipe.

@@ -514,3 +514,34 @@ func reservedClosedPort(t *testing.T) netip.AddrPort {
 	}
 	return netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(sa.(*syscall.SockaddrInet4).Port))
 }
+
+// TestUpstreamDialerGetsTheClientAddress: WithUpstreamDialer is given the
+// HBONE connection's source (what the proxy preserves) and the authority.
+func TestUpstreamDialerGetsTheClientAddress(t *testing.T) {
+	t.Parallel()
+	type call struct {
+		src netip.Addr
+		dst netip.AddrPort
+	}
+	calls := make(chan call, 1)
+	e := newEnv(t, WithUpstreamDialer(func(ctx context.Context, src netip.Addr, dst netip.AddrPort) (net.Conn, error) {
+		calls <- call{src, dst}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", dst.String())
+	}))
+	c, err := e.dial(e.echoAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	got := <-calls
+	if got.src != netip.MustParseAddr("127.0.0.1") || got.dst != e.echoAddr {
+		t.Errorf("upstream dialer called with src %v dst %v; want 127.0.0.1 and %v", got.src, got.dst, e.echoAddr)
+	}
+}

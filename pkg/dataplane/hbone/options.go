@@ -48,6 +48,7 @@ type config struct {
 	certForIP        func(ctx context.Context, dst netip.Addr) (*tls.Certificate, error)
 	certForID        func(ctx context.Context, id identity.Identity) (*tls.Certificate, error)
 	dial             func(ctx context.Context, network, addr string) (net.Conn, error)
+	upstreamDial     func(ctx context.Context, src netip.Addr, dst netip.AddrPort) (net.Conn, error)
 	authorize        func(ctx context.Context, peer identity.Identity, src, dst netip.AddrPort) error
 	allowLoopback    bool
 	metrics          *Metrics
@@ -113,6 +114,14 @@ func WithClientCertificates(f func(ctx context.Context, id identity.Identity) (*
 // proxy passes a function that dials inside the pod's network namespace.
 func WithDialContext(f func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
 	return func(c *config) { c.dial = f }
+}
+
+// WithUpstreamDialer sets how the server connects to a tunnel's destination,
+// given the client's address (the HBONE connection's source) so that the
+// destination can see it; it replaces WithDialContext for that one dial. The
+// proxy uses it to preserve source addresses (IP_TRANSPARENT).
+func WithUpstreamDialer(f func(ctx context.Context, src netip.Addr, dst netip.AddrPort) (net.Conn, error)) Option {
+	return func(c *config) { c.upstreamDial = f }
 }
 
 // WithMark sets SO_MARK on the default dialer's sockets (0 disables), so

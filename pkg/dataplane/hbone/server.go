@@ -201,7 +201,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	dialCtx, cancel := context.WithTimeout(r.Context(), s.cfg.upstreamTimeout)
-	up, err := s.cfg.dial(dialCtx, "tcp", dst.String())
+	var up net.Conn
+	if s.cfg.upstreamDial != nil {
+		up, err = s.cfg.upstreamDial(dialCtx, src.Addr(), dst)
+	} else {
+		up, err = s.cfg.dial(dialCtx, "tcp", dst.String())
+	}
 	cancel()
 	if err != nil {
 		s.cfg.log.Debug("hbone upstream dial failed", "dst", dst, "err", err)

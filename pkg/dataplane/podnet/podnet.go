@@ -31,6 +31,10 @@ func Open(path string) (*Namespace, error) {
 	return New(f), nil
 }
 
+// Own reports whether n is the caller's own namespace (no pod netns file),
+// as in in-process tests, where nothing of a pod's set-up exists.
+func (n *Namespace) Own() bool { return n == nil || n.file == nil }
+
 // Close releases the namespace file.
 func (n *Namespace) Close() error {
 	if n == nil || n.file == nil {

@@ -10,9 +10,15 @@
 // codec of its own: the ZDS client lives in pkg/dataplane/zds and is adapted
 // to this interface, so the proxy does not care how the node agent talks.
 //
-// Not yet done: inbound connections reach the pod from the pod's own address
-// (ztunnel preserves the client's address with IP_TRANSPARENT), there is no
-// policy source for the 401 hook (hbone.WithAuthorizer).
+// Inbound connections (HBONE and plaintext) reach the app from the client's
+// own address, as with ztunnel: the upstream socket is IP_TRANSPARENT, bound
+// to that address, and the in-pod rules of package redirect route the app's
+// replies back to it. Without CAP_NET_ADMIN the proxy falls back to the
+// pod's address (logged once, counted in
+// meshctl_proxy_source_preservation_fallbacks_total).
+//
+// Not yet done: there is no policy source for the 401 hook
+// (hbone.WithAuthorizer).
 //
 // Entry point: Run(ctx, opts...). In a cluster, certificates come from
 // WithFetcher(csr.NewClient(clientset)).

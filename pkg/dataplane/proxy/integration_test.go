@@ -4,36 +4,25 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 	"github.com/meshctl/meshctl/pkg/dataplane/podnet"
+	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
 )
-
-// In-pod redirection as DESIGN.md describes it; the CNI owns the production
-// rules, this copy only exists so the test can capture traffic.
-const testRules = `table inet meshctl_hbone_test {
-	chain prerouting {
-		type nat hook prerouting priority dstnat; policy accept;
-		meta l4proto tcp ip daddr != 127.0.0.1 tcp dport != 15008 meta mark and 0xfff != 0x539 redirect to :15006
-		meta l4proto tcp ip6 daddr != ::1 tcp dport != 15008 meta mark and 0xfff != 0x539 redirect to :15006
-	}
-	chain output {
-		type nat hook output priority -100; policy accept;
-		meta l4proto tcp ip daddr != 127.0.0.0/8 meta mark and 0xfff != 0x539 redirect to :15001
-		meta l4proto tcp ip6 daddr != ::1 meta mark and 0xfff != 0x539 redirect to :15001
-	}
-}
-`
 
 func sh(t *testing.T, name string, args ...string) {
 	t.Helper()
@@ -76,10 +65,13 @@ func netnsTopology(t *testing.T) (podA, podB, router string) {
 		sh(t, "ip", "-n", router, "addr", "add", "fd00:200:"+subnet+"::1/64", "dev", rIf, "nodad")
 		sh(t, "ip", "-n", pod, "addr", "add", "fd00:200:"+subnet+"::2/64", "dev", "eth0", "nodad")
 		sh(t, "ip", "-n", pod, "-6", "route", "add", "default", "via", "fd00:200:"+subnet+"::1")
-		rules := exec.Command("ip", "netns", "exec", pod, "nft", "-f", "-")
-		rules.Stdin = strings.NewReader(testRules)
-		if out, err := rules.CombinedOutput(); err != nil {
-			t.Fatalf("nft in %s: %v: %s", pod, err, out)
+		// The production in-pod rules, as the node agent installs them:
+		// capture, bypass mark, and the return route of source preservation.
+		ns := openNetns(t, pod)
+		err := redirect.New().Apply(ns)
+		ns.Close()
+		if err != nil {
+			t.Fatalf("redirect in %s: %v", pod, err)
 		}
 	}
 	// Forwarding only inside the router namespace, never on the host.
@@ -97,21 +89,27 @@ func openNetns(t *testing.T, name string) *os.File {
 	return f
 }
 
-// TestIntegrationTwoNodesCapturedOverHBONE runs two proxies ("nodes"), each
-// serving one pod in its own network namespace. An app in pod A connects to
-// pod B's address; nftables REDIRECT captures it into proxy A's 15001, which
-// carries it over HBONE to proxy B's 15008 inside pod B, which delivers it.
-func TestIntegrationTwoNodesCapturedOverHBONE(t *testing.T) {
+// twoNodes is the netns topology with a proxy per "node", each serving one
+// pod, and in pod B an app that answers with the source address it sees and
+// then echoes.
+type twoNodes struct {
+	t                  *testing.T
+	ctx                context.Context
+	podA, podB, router string
+	proxyA, proxyB     *Proxy
+	sessionA, sessionB chan evReq
+}
+
+func newTwoNodes(t *testing.T, optsB ...Option) *twoNodes {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("creates network namespaces and nftables rules; skipped with -short")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces and nftables")
 	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("needs the nft command (apt-get install nftables)")
-	}
-	podA, podB, router := netnsTopology(t)
+	e := &twoNodes{t: t}
+	e.podA, e.podB, e.router = netnsTopology(t)
 	c, err := ca.NewTest("integration")
 	if err != nil {
 		t.Fatal(err)
@@ -124,10 +122,11 @@ func TestIntegrationTwoNodesCapturedOverHBONE(t *testing.T) {
 		return Route{}, false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	start := func(agent *fakeAgent) *Proxy {
-		p, err := New(WithWorkloadEvents(agent), WithFetcher(certs.FromCA(c, time.Hour, time.Now)),
-			WithAddresses("", "", ""), WithResolver(resolver))
+	t.Cleanup(cancel)
+	e.ctx = ctx
+	start := func(agent *fakeAgent, extra ...Option) *Proxy {
+		p, err := New(append([]Option{WithWorkloadEvents(agent), WithFetcher(certs.FromCA(c, time.Hour, time.Now)),
+			WithAddresses("", "", ""), WithResolver(resolver)}, extra...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,22 +136,21 @@ func TestIntegrationTwoNodesCapturedOverHBONE(t *testing.T) {
 		return p
 	}
 	agentA, agentB := &fakeAgent{sessions: make(chan chan evReq)}, &fakeAgent{sessions: make(chan chan evReq)}
-	proxyA, proxyB := start(agentA), start(agentB)
-	sA, sB := make(chan evReq), make(chan evReq)
-	agentA.sessions <- sA
-	agentB.sessions <- sB
-	if err := send(t, sA, WorkloadEvent{Kind: EventAdd, UID: "a", Name: "client", Namespace: "ns-a", ServiceAccount: "client", Netns: openNetns(t, podA)}); err != nil {
+	e.proxyA, e.proxyB = start(agentA), start(agentB, optsB...)
+	e.sessionA, e.sessionB = make(chan evReq), make(chan evReq)
+	agentA.sessions <- e.sessionA
+	agentB.sessions <- e.sessionB
+	if err := send(t, e.sessionA, WorkloadEvent{Kind: EventAdd, UID: "a", Name: "client", Namespace: "ns-a", ServiceAccount: "client", Netns: openNetns(t, e.podA)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := send(t, sB, WorkloadEvent{Kind: EventAdd, UID: "b", Name: "server", Namespace: "ns-b", ServiceAccount: "server", Netns: openNetns(t, podB)}); err != nil {
+	if err := send(t, e.sessionB, WorkloadEvent{Kind: EventAdd, UID: "b", Name: "server", Namespace: "ns-b", ServiceAccount: "server", Netns: openNetns(t, e.podB)}); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(proxyB.Dump().Workloads[0].Addresses); got != "[10.200.2.2 fd00:200:2::2]" {
+	if got := fmt.Sprint(e.proxyB.Dump().Workloads[0].Addresses); got != "[10.200.2.2 fd00:200:2::2]" {
 		t.Fatalf("pod b addresses = %v", got)
 	}
 
-	// The app in pod B: answers with the source address it sees, then echoes.
-	nsB, err := podnet.Open("/var/run/netns/" + podB)
+	nsB, err := podnet.Open("/var/run/netns/" + e.podB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +159,7 @@ func TestIntegrationTwoNodesCapturedOverHBONE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer app.Close()
+	t.Cleanup(func() { app.Close() })
 	go func() {
 		for {
 			conn, err := app.Accept()
@@ -176,35 +174,48 @@ func TestIntegrationTwoNodesCapturedOverHBONE(t *testing.T) {
 			}()
 		}
 	}()
+	return e
+}
 
-	talk := func(ns, addr string) string {
-		t.Helper()
-		n, err := podnet.Open("/var/run/netns/" + ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer n.Close()
-		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-		defer dcancel()
-		conn, err := n.DialContext(dctx, &net.Dialer{}, "tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		_, _ = io.WriteString(conn, "over hbone")
-		_ = conn.(*net.TCPConn).CloseWrite()
-		got, err := io.ReadAll(conn)
-		if err != nil {
-			t.Fatalf("from %s to %s: %v (read %q)", ns, addr, err, got)
-		}
-		return string(got)
+// talk connects from namespace ns to addr, sends a message, half-closes and
+// returns what the app answered: the source it saw, then the echo.
+func (e *twoNodes) talk(ns, addr string) string {
+	t := e.t
+	t.Helper()
+	n, err := podnet.Open("/var/run/netns/" + ns)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer n.Close()
+	dctx, dcancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer dcancel()
+	conn, err := n.DialContext(dctx, &net.Dialer{}, "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(conn, "over hbone")
+	_ = conn.(*net.TCPConn).CloseWrite()
+	got, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("from %s to %s: %v (read %q)", ns, addr, err, got)
+	}
+	return string(got)
+}
 
-	// Pod A → pod B: captured on 15001, tunnelled, delivered by proxy B from
-	// inside pod B (so the app sees pod B's own address as the source).
-	if got := talk(podA, "10.200.2.2:8080"); got != "10.200.2.2\nover hbone" {
-		t.Fatalf("pod a → pod b: %q", got)
+// TestIntegrationTwoNodesCapturedOverHBONE runs two proxies ("nodes"), each
+// serving one pod in its own network namespace. An app in pod A connects to
+// pod B's address; nftables REDIRECT captures it into proxy A's 15001, which
+// carries it over HBONE to proxy B's 15008 inside pod B, which delivers it —
+// from pod A's address, as Istio ambient does (IP_TRANSPARENT and the return
+// route of the in-pod rules).
+func TestIntegrationTwoNodesCapturedOverHBONE(t *testing.T) {
+	e := newTwoNodes(t)
+	podA, router, proxyA, proxyB := e.podA, e.router, e.proxyA, e.proxyB
+
+	if got := e.talk(podA, "10.200.2.2:8080"); got != "10.200.1.2\nover hbone" {
+		t.Fatalf("pod a → pod b: %q (the app must see pod a's address)", got)
 	}
 	if n := metricValue(t, proxyA, "meshctl_hbone_connections_opened_total", "outbound"); n != 1 {
 		t.Errorf("proxy A outbound tunnels = %v, want 1", n)
@@ -214,10 +225,10 @@ func TestIntegrationTwoNodesCapturedOverHBONE(t *testing.T) {
 	}
 
 	// A non-mesh client (the router) → pod B: captured on 15006 and
-	// delivered in plaintext; again the app sees pod B's own address, which
-	// proves the connection went through the proxy and not around it.
-	if got := talk(router, "10.200.2.2:8080"); got != "10.200.2.2\nover hbone" {
-		t.Fatalf("router → pod b: %q", got)
+	// delivered in plaintext, again from the client's own address; the
+	// metric proves the connection went through the proxy, not around it.
+	if got := e.talk(router, "10.200.2.2:8080"); got != "10.200.2.1\nover hbone" {
+		t.Fatalf("router → pod b: %q (the app must see the router's address)", got)
 	}
 	if n := metricValue(t, proxyB, "meshctl_hbone_connections_opened_total", "inbound"); n != 1 {
 		t.Errorf("plaintext inbound counted as HBONE: %v", n)
@@ -226,24 +237,84 @@ func TestIntegrationTwoNodesCapturedOverHBONE(t *testing.T) {
 		t.Errorf("proxy B inbound plaintext connections = %v, want 1", n)
 	}
 
-	// The same over IPv6: SO_ORIGINAL_DST at SOL_IPV6, [v6]:port authority.
-	if got := talk(podA, "[fd00:200:2::2]:8080"); got != "fd00:200:2::2\nover hbone" {
+	// The same over IPv6: SO_ORIGINAL_DST at SOL_IPV6, [v6]:port authority,
+	// IPV6_TRANSPARENT and the v6 return route.
+	if got := e.talk(podA, "[fd00:200:2::2]:8080"); got != "fd00:200:1::2\nover hbone" {
 		t.Fatalf("pod a → pod b over IPv6: %q", got)
 	}
 	if n := metricValue(t, proxyB, "meshctl_hbone_connections_opened_total", "inbound"); n != 2 {
 		t.Errorf("proxy B inbound tunnels after the IPv6 one = %v, want 2", n)
 	}
+	if got := e.talk(router, "[fd00:200:2::2]:8080"); got != "fd00:200:2::1\nover hbone" {
+		t.Fatalf("router → pod b over IPv6: %q", got)
+	}
+	if n := counterValue(t, proxyB, "meshctl_proxy_source_preservation_fallbacks_total"); n != 0 {
+		t.Errorf("source preservation fallbacks = %v, want 0", n)
+	}
 
 	// DelWorkload closes pod B's listeners: captured traffic now fails.
-	if err := send(t, sB, WorkloadEvent{Kind: EventDel, UID: "b"}); err != nil {
+	if err := send(t, e.sessionB, WorkloadEvent{Kind: EventDel, UID: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	n, _ := podnet.Open("/var/run/netns/" + router)
 	defer n.Close()
-	if conn, err := n.DialContext(ctx, &net.Dialer{Timeout: 2 * time.Second}, "tcp", "10.200.2.2:8080"); err == nil {
+	if conn, err := n.DialContext(e.ctx, &net.Dialer{Timeout: 2 * time.Second}, "tcp", "10.200.2.2:8080"); err == nil {
 		conn.Close()
 		t.Error("pod b still reachable through 15006 after DelWorkload")
 	}
+}
+
+// TestIntegrationSourcePreservationFallback: without the capability for
+// IP_TRANSPARENT (taken away here by failing the setsockopt with EPERM, as the
+// kernel does without CAP_NET_ADMIN) connections still get through, from the
+// proxy's address, counted in the fallback metric and logged once.
+func TestIntegrationSourcePreservationFallback(t *testing.T) {
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e := newTwoNodes(t, WithLogger(log), func(o *options) {
+		o.setTransparent = func(int, bool) error { return unix.EPERM }
+	})
+	if got := e.talk(e.podA, "10.200.2.2:8080"); got != "10.200.2.2\nover hbone" {
+		t.Fatalf("pod a → pod b without IP_TRANSPARENT: %q (want the proxy's address in pod b)", got)
+	}
+	if got := e.talk(e.router, "[fd00:200:2::2]:8080"); got != "fd00:200:2::2\nover hbone" {
+		t.Fatalf("router → pod b without IP_TRANSPARENT: %q", got)
+	}
+	if n := counterValue(t, e.proxyB, "meshctl_proxy_source_preservation_fallbacks_total"); n != 2 {
+		t.Errorf("source preservation fallbacks = %v, want 2", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "source addresses not preserved"); n != 1 {
+		t.Errorf("fallback logged %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// counterValue reads an unlabelled counter from the proxy's registry.
+func counterValue(t *testing.T, p *Proxy, name string) float64 {
+	t.Helper()
+	mfs, err := p.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 // metricValue reads a counter with a direction label from the proxy's registry.

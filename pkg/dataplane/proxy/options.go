@@ -42,17 +42,22 @@ type options struct {
 	meshCIDRs    []netip.Prefix
 	log          *slog.Logger
 	hboneOptions []hbone.Option
+	// preserveSource: deliver inbound connections from the client's address.
+	preserveSource bool
+	setTransparent func(fd int, v6 bool) error // tests replace it to take the capability away
 }
 
 func defaults() options {
 	return options{
-		trustDomain: "cluster.local",
-		adminAddr:   "127.0.0.1:15000",
-		metricsAddr: ":15020",
-		readyAddr:   ":15021",
-		ports:       [3]int{PortOutbound, PortInbound, PortHBONE},
-		mark:        hbone.DefaultMark,
-		log:         slog.New(slog.DiscardHandler),
+		trustDomain:    "cluster.local",
+		adminAddr:      "127.0.0.1:15000",
+		metricsAddr:    ":15020",
+		readyAddr:      ":15021",
+		ports:          [3]int{PortOutbound, PortInbound, PortHBONE},
+		mark:           hbone.DefaultMark,
+		preserveSource: true,
+		setTransparent: setTransparent,
+		log:            slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -83,6 +88,13 @@ func WithPorts(outbound, inbound, hboneP int) Option {
 
 // WithMark sets the SO_MARK of the proxy's own sockets (0 disables).
 func WithMark(mark int) Option { return func(o *options) { o.mark = mark } }
+
+// WithSourcePreservation sets whether inbound connections reach the app from
+// the client's own address (the default, as in Istio ambient) or from the
+// proxy's. Preserving needs the pod's redirection rules (package redirect)
+// to route replies back and CAP_NET_ADMIN for IP_TRANSPARENT; without the
+// capability the proxy falls back to its own address.
+func WithSourcePreservation(on bool) Option { return func(o *options) { o.preserveSource = on } }
 
 // WithResolver decides, per original destination, whether and where to use
 // HBONE; destinations it declines are passed through as plain TCP.

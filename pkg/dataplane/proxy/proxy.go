@@ -29,6 +29,9 @@ type Proxy struct {
 	wlGauge  prometheus.Gauge
 	ready    atomic.Bool
 
+	fallbacks     prometheus.Counter
+	noTransparent atomic.Bool // IP_TRANSPARENT found not permitted
+
 	mu        sync.Mutex
 	workloads map[string]*workload
 	seen      map[string]bool // UIDs added or kept in the current session
@@ -51,7 +54,9 @@ func New(opts ...Option) (*Proxy, error) {
 	}
 	p.metrics = hbone.NewMetrics(p.reg)
 	p.wlGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "meshctl_proxy_workloads", Help: "Pods the proxy serves."})
-	p.reg.MustRegister(p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.fallbacks = prometheus.NewCounter(prometheus.CounterOpts{Name: "meshctl_proxy_source_preservation_fallbacks_total",
+		Help: "Inbound connections delivered from the proxy's address instead of the client's, because IP_TRANSPARENT is not permitted."})
+	p.reg.MustRegister(p.fallbacks, p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return p, nil
 }
 

@@ -93,9 +93,13 @@ func (p *Proxy) startWorkload(ctx context.Context, w *workload) error {
 	if err != nil {
 		return err
 	}
-	server, err := hbone.NewServer(append(common, hbone.WithServerCertificates(func(ctx context.Context, dst netip.Addr) (*tls.Certificate, error) {
-		return p.certForIP(ctx, w, dst)
-	}))...)
+	server, err := hbone.NewServer(append(common,
+		hbone.WithServerCertificates(func(ctx context.Context, dst netip.Addr) (*tls.Certificate, error) {
+			return p.certForIP(ctx, w, dst)
+		}),
+		hbone.WithUpstreamDialer(func(ctx context.Context, src netip.Addr, dst netip.AddrPort) (net.Conn, error) {
+			return p.dialUpstream(ctx, w, src, dst)
+		}))...)
 	if err != nil {
 		return err
 	}
@@ -166,7 +170,7 @@ func (p *Proxy) outbound(ctx context.Context, w *workload, c net.Conn) {
 	}
 	route, ok := p.resolve(dst)
 	if !ok {
-		p.passthrough(ctx, w, c, dst, "outbound_passthrough")
+		p.passthrough(ctx, w, c, dst, "outbound_passthrough", netip.Addr{})
 		return
 	}
 	src := addrPort(c.RemoteAddr()).Addr()
@@ -190,12 +194,14 @@ func (p *Proxy) inboundPlaintext(ctx context.Context, w *workload, c net.Conn) {
 	if err != nil || hbone.IsSelfCallPort(dst.Port()) {
 		return
 	}
-	p.passthrough(ctx, w, c, dst, "inbound_plaintext")
+	p.passthrough(ctx, w, c, dst, "inbound_plaintext", addrPort(c.RemoteAddr()).Addr())
 }
 
-func (p *Proxy) passthrough(ctx context.Context, w *workload, c net.Conn, dst netip.AddrPort, direction string) {
+// passthrough splices c to dst as plain TCP; src, when valid, is the client
+// address to deliver from (inbound), see dialUpstream.
+func (p *Proxy) passthrough(ctx context.Context, w *workload, c net.Conn, dst netip.AddrPort, direction string, src netip.Addr) {
 	dctx, cancel := context.WithTimeout(ctx, hboneDialTimeout)
-	up, err := w.ns.DialContext(dctx, &net.Dialer{Control: hbone.MarkControl(p.opts.mark)}, "tcp", dst.String())
+	up, err := p.dialUpstream(dctx, w, src, dst)
 	cancel()
 	if err != nil {
 		p.opts.log.Debug("passthrough dial failed", "dst", dst, "err", err)

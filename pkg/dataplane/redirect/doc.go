@@ -10,6 +10,15 @@
 // address: upstream's node agent SNATs them to 169.254.7.127 on the host, so
 // the same default keeps a pod's probes working whichever agent set it up.
 //
+// Source preservation: the proxy connects to the pod's app from the remote
+// client's address (IP_TRANSPARENT). Such a connection's first packet loops
+// over lo still carrying the bypass mark, and mangle_prerouting gives the
+// connection mark 0x111; mangle_output (a route chain) copies it onto the
+// app's replies, and the policy route `fwmark 0x111/0xfff lookup 100`, with
+// `local 0.0.0.0/0 dev lo` (and ::/0) in table 100, delivers them back to the
+// proxy instead of sending them out towards the real client. These are
+// upstream's values, so either agent's rules serve either proxy.
+//
 // All rules live in one table of their own, replaced in a single netlink
 // batch, so reapplying after an agent restart never leaves a window in which
 // a running pod's traffic escapes the proxy.

@@ -15,13 +15,19 @@ import (
 
 // The in-pod port table, as upstream's ztunnel listens on it.
 const (
-	OutboundPort   = 15001 // outbound capture
-	InboundPort    = 15006 // inbound plaintext
-	HBONEPort      = 15008 // inbound HBONE, never redirected
-	BypassMark     = 0x539 // SO_MARK on the proxy's own sockets
-	BypassMask     = 0xfff
-	DefaultTable   = "meshctl-inpod"
-	kubeletProbeV4 = "169.254.7.127"
+	OutboundPort = 15001 // outbound capture
+	InboundPort  = 15006 // inbound plaintext
+	HBONEPort    = 15008 // inbound HBONE, never redirected
+	BypassMark   = 0x539 // SO_MARK on the proxy's own sockets
+	BypassMask   = 0xfff
+	// Replies to the proxy's spoofed-source connections to the pod's app
+	// carry this connection mark, and the policy route sends packets with it
+	// back to the proxy over lo (upstream's values: mark 0x111, table 100).
+	ReturnMark         = 0x111
+	ReturnTable        = 100
+	ReturnRulePriority = 32764
+	DefaultTable       = "meshctl-inpod"
+	kubeletProbeV4     = "169.254.7.127"
 )
 
 // DefaultProbeSource is the address upstream's node agent SNATs kubelet
@@ -78,7 +84,25 @@ func (r *Redirector) Apply(netns *os.File) error {
 	for _, e := range outputRules() {
 		c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: e})
 	}
+	// Source preservation: the proxy delivers inbound connections from the
+	// original client's address (IP_TRANSPARENT). Its SYN loops over lo with
+	// the bypass mark; the connection is marked here, and the app's replies,
+	// addressed to a remote IP, are re-marked on output so the policy route
+	// below delivers them locally, to the proxy, instead of out of eth0.
+	markConn := c.AddChain(&nftables.Chain{
+		Name: "mangle_prerouting", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle,
+	})
+	c.AddRule(&nftables.Rule{Table: t, Chain: markConn, Exprs: markProxyConnection()})
+	restore := c.AddChain(&nftables.Chain{
+		Name: "mangle_output", Table: t, Type: nftables.ChainTypeRoute,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityMangle,
+	})
+	c.AddRule(&nftables.Rule{Table: t, Chain: restore, Exprs: restoreReturnMark()})
 	if err := c.Flush(); err != nil {
+		return fmt.Errorf("installing in-pod redirection: %w", err)
+	}
+	if err := applyReturnRoutes(netns); err != nil {
 		return fmt.Errorf("installing in-pod redirection: %w", err)
 	}
 	return nil
@@ -88,6 +112,9 @@ func (r *Redirector) Apply(netns *os.File) error {
 // retried pod delete succeeds.
 func (r *Redirector) Remove(netns *os.File) error {
 	if err := nftutil.DeleteTable(netns, r.table); err != nil {
+		return fmt.Errorf("removing in-pod redirection: %w", err)
+	}
+	if err := removeReturnRoutes(netns); err != nil {
 		return fmt.Errorf("removing in-pod redirection: %w", err)
 	}
 	return nil
@@ -125,6 +152,32 @@ func outputRules() [][]expr.Any {
 		ret(markIsBypass()),
 		ret(oifIs("lo")),
 		redirectTCP(OutboundPort),
+	}
+}
+
+// markProxyConnection: a packet still carrying the proxy's bypass mark in
+// prerouting came from the proxy over lo; its connection gets ReturnMark
+// (in the 0xfff bits, keeping any others).
+func markProxyConnection() []expr.Any {
+	return append(markIsBypass(),
+		&expr.Ct{Key: expr.CtKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(^uint32(BypassMask)), Xor: binaryutil.NativeEndian.PutUint32(ReturnMark)},
+		&expr.Ct{Key: expr.CtKeyMARK, Register: 1, SourceRegister: true},
+	)
+}
+
+// restoreReturnMark copies the connection mark onto the packets of such a
+// connection as the pod sends them; the route chain re-routes a packet whose
+// mark changed, which is what makes the policy route apply.
+func restoreReturnMark() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Key: expr.CtKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(BypassMask), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(ReturnMark)},
+		&expr.Ct{Key: expr.CtKeyMARK, Register: 1},
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1, SourceRegister: true},
 	}
 }
 
