@@ -11,10 +11,15 @@ import (
 	"strings"
 	"sync"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/meshctl/meshctl/internal/parallel"
 )
 
-// Existing is a kind cluster found on this machine.
+// Existing is a kind cluster found on this machine, or an existing
+// (non-kind) cluster an environment uses, found through its local record:
+// then KindName is empty and Record.Cluster.Existing is set.
 type Existing struct {
 	KindName string `json:"kindName"`
 	// Record is meshctl's record of it; nil for clusters meshctl did not
@@ -57,13 +62,27 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 		}()
 	}
 	wg.Wait()
+	recs, err := p.existingRecords("")
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		out = append(out, Existing{Record: &r})
+	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Env() != out[j].Env() {
 			return out[i].Env() < out[j].Env()
 		}
-		return out[i].KindName < out[j].KindName
+		return out[i].sortName() < out[j].sortName()
 	})
 	return out, nil
+}
+
+func (e Existing) sortName() string {
+	if e.KindName == "" && e.Record != nil {
+		return e.Record.Cluster.Name
+	}
+	return e.KindName
 }
 
 // Environment returns the plans of the clusters of env, in mesh-name order.
@@ -112,16 +131,34 @@ func (p *Provider) Kubeconfig(ctx context.Context, env, name string, internal bo
 
 // DownResult reports what `down` deleted.
 type DownResult struct {
-	Env      string   `json:"env"`
-	Deleted  []string `json:"deleted"`
-	Registry string   `json:"registry,omitempty"`
-	Network  string   `json:"network,omitempty"`
+	Env     string   `json:"env"`
+	Deleted []string `json:"deleted"`
+	// Uninstalled lists, per cluster kept (existing clusters, and kind
+	// clusters with DownWithUninstallOnly), what meshctl removed from it.
+	Uninstalled []Uninstalled `json:"uninstalled,omitempty"`
+	Registry    string        `json:"registry,omitempty"`
+	Network     string        `json:"network,omitempty"`
+}
+
+// Uninstalled is what down removed from a cluster it kept.
+type Uninstalled struct {
+	Cluster string `json:"cluster"`
+	// Existing is set for an existing cluster, which down never deletes.
+	Existing bool     `json:"existing,omitempty"`
+	Objects  []string `json:"objects"`
 }
 
 type downOptions struct {
-	registry string
-	extra    []string
+	registry      string
+	extra         []string
+	uninstallOnly bool
 }
+
+// DownWithUninstallOnly keeps the kind clusters too: down then removes only
+// what meshctl installed in them (objects labelled
+// app.kubernetes.io/managed-by=meshctl), as it always does for existing
+// clusters.
+func DownWithUninstallOnly(b bool) DownOption { return func(o *downOptions) { o.uninstallOnly = b } }
 
 // DownOption configures Down.
 type DownOption func(*downOptions)
@@ -135,9 +172,13 @@ func DownWithClusters(kindNames ...string) DownOption {
 	return func(o *downOptions) { o.extra = append(o.extra, kindNames...) }
 }
 
-// Down deletes every cluster of env, concurrently, with its kubeconfigs. It
-// is idempotent: deleting what is gone succeeds. When no kind cluster is left
-// on the machine, the kind docker network goes too.
+// Down deletes every kind cluster of env, concurrently, with its
+// kubeconfigs. It is idempotent: deleting what is gone succeeds. When no
+// kind cluster is left on the machine, the kind docker network goes too.
+//
+// Existing clusters are never deleted: down removes from them every object
+// meshctl labelled (the cacerts Secret, its claim), then meshctl's local
+// record and kubeconfig copies, and reports what it removed.
 func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*DownResult, error) {
 	var o downOptions
 	for _, opt := range opts {
@@ -148,13 +189,15 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 	if err != nil {
 		return nil, err
 	}
-	var targets []ClusterPlan
+	var targets, existing []ClusterPlan
 	extra := map[string]bool{}
 	for _, n := range o.extra {
 		extra[n] = true
 	}
 	for _, e := range all {
 		switch {
+		case e.Env() == env && e.Record.Cluster.Existing:
+			existing = append(existing, e.Record.Cluster)
 		case e.Env() == env:
 			targets = append(targets, e.Record.Cluster)
 			delete(extra, e.KindName)
@@ -168,12 +211,26 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 			delete(extra, e.KindName)
 		}
 	}
-	if err := p.deleteClusters(env, targets); err != nil {
+	keep := existing
+	if o.uninstallOnly {
+		keep, targets = append(targets, existing...), nil
+	}
+	uninstalled := make([]Uninstalled, len(keep))
+	err = errors.Join(
+		p.deleteClusters(env, targets),
+		parallel.ForEach(indexes(len(keep)), func(i int) error {
+			objs, err := p.uninstallFrom(ctx, env, keep[i])
+			uninstalled[i] = Uninstalled{Cluster: keep[i].Name, Existing: keep[i].Existing, Objects: objs}
+			return err
+		}),
+	)
+	if err != nil {
 		return nil, err
 	}
 	for _, c := range targets {
 		res.Deleted = append(res.Deleted, c.KindName)
 	}
+	res.Uninstalled = uninstalled
 	// The environment's directory goes too when nothing (logs) is left in it.
 	_ = os.Remove(filepath.Join(p.artifacts, env))
 	if o.registry != "" {
@@ -198,6 +255,43 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 		}
 	}
 	return res, nil
+}
+
+// uninstallFrom removes meshctl's objects from a cluster it keeps; for an
+// existing cluster, meshctl's local files for it go too, since the
+// environment no longer uses it. A cluster another environment has claimed
+// since is left alone.
+func (p *Provider) uninstallFrom(ctx context.Context, env string, c ClusterPlan) ([]string, error) {
+	kc, err := p.kubeconfig(c, false)
+	if err != nil {
+		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
+	}
+	rc, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
+	}
+	rc.Timeout = existingTimeout
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
+	}
+	if err := checkClaim(ctx, cs, env, c.Name); err != nil {
+		return nil, fmt.Errorf("not uninstalling from cluster %q: it %w", c.Name, err)
+	}
+	objs, err := uninstall(ctx, rc)
+	if err != nil {
+		return objs, fmt.Errorf("uninstalling from cluster %q (%s): %w (rerun `meshctl down` when it answers)", c.Name, rc.Host, err)
+	}
+	if objs == nil {
+		objs = []string{}
+	}
+	if c.Existing {
+		if err := p.forgetExisting(env, c); err != nil {
+			return objs, err
+		}
+	}
+	p.logger.V(1).Infof("cluster %q: uninstalled %d objects", c.Name, len(objs))
+	return objs, nil
 }
 
 // deleteClusters deletes clusters concurrently and removes their kubeconfigs.

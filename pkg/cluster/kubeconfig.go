@@ -17,7 +17,22 @@ import (
 // internal one points at the control-plane container's IP on the kind
 // network, which works from the host and from other containers alike — how
 // Istio's scripts let one cluster's control plane reach another's.
+//
+// An existing cluster's is the selected context of the user's kubeconfig,
+// flattened and renamed the same way; internal or not, its server is the
+// one the user gave (meshctl cannot know of another address).
 func (p *Provider) kubeconfig(c ClusterPlan, internal bool) ([]byte, error) {
+	if c.Existing {
+		cfg, err := existingKubeconfig(c)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
+		}
+		data, err := clientcmd.Write(*cfg)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: writing kubeconfig: %w", c.Name, err)
+		}
+		return data, nil
+	}
 	raw, err := p.kind.KubeConfig(c.KindName, false)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: reading kubeconfig: %w", c.Name, err)
@@ -84,7 +99,26 @@ func (p *Provider) internalServer(c ClusterPlan) (string, error) {
 
 // exportKubeconfigs writes both kubeconfigs of a cluster, owner-only: they
 // hold the cluster-admin client key.
+//
+// An existing cluster gets copies too, rather than meshctl pointing at the
+// user's file: every later step (cacerts, Helm, remote secrets, test
+// suites) then finds every cluster's kubeconfig at the same place with the
+// mesh name as its current context, and a later change of the user's
+// current-context cannot redirect them to another cluster. The copy holds
+// the user's credentials, hence 0600, and down removes it; up refreshes it.
 func (p *Provider) exportKubeconfigs(plan *Plan, c ClusterPlan) error {
+	if c.Existing {
+		data, err := p.kubeconfig(c, false)
+		if err != nil {
+			return err
+		}
+		for _, internal := range []bool{false, true} {
+			if err := writePrivate(p.KubeconfigPath(plan.Env, c.Name, internal), data); err != nil {
+				return fmt.Errorf("cluster %q: %w", c.Name, err)
+			}
+		}
+		return nil
+	}
 	// One read from the node serves both files: each read is a docker exec.
 	raw, err := p.kind.KubeConfig(c.KindName, false)
 	if err != nil {

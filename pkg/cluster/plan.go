@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"strings"
 
 	"sigs.k8s.io/kind/pkg/apis/config/defaults"
@@ -62,11 +63,13 @@ type Plan struct {
 	Registry Registry      `json:"registry"`
 }
 
-// ClusterPlan is one cluster of a Plan.
+// ClusterPlan is one cluster of a Plan: a kind cluster meshctl creates, or
+// an Existing cluster it uses as it is.
 type ClusterPlan struct {
 	// Name is the cluster's name in the mesh (Istio's clusterName).
 	Name string `json:"name"`
 	// KindName is the kind cluster's name: Name with the environment prefix.
+	// Empty for an existing cluster.
 	KindName           string   `json:"kindName"`
 	Network            string   `json:"network"`
 	Roles              []string `json:"roles"`
@@ -78,7 +81,18 @@ type ClusterPlan struct {
 	ControlPlanes      int      `json:"controlPlanes"`
 	Workers            int      `json:"workers"`
 	Image              string   `json:"image"`
-	Kubeconfig         string   `json:"kubeconfig,omitempty"`
+
+	// Existing marks a cluster named by a topology entry with
+	// meta.kubeconfig: meshctl checks it, uses it and uninstalls what it put
+	// there, and never creates or deletes it. It has no kind name, image or
+	// node counts; its subnets and IP family are discovered from its API
+	// server by Up (Discovery says from where), not defaulted.
+	Existing bool `json:"existing,omitempty"`
+	// Kubeconfig (absolute) and Context locate an existing cluster.
+	Kubeconfig         string     `json:"kubeconfig,omitempty"`
+	Context            string     `json:"context,omitempty"`
+	PodNetworkRoutable bool       `json:"podNetworkRoutable,omitempty"`
+	Discovery          *Discovery `json:"discovery,omitempty"`
 }
 
 // NewPlan defaults and validates a Request. Every problem found is reported
@@ -100,6 +114,7 @@ func NewPlan(req Request) (*Plan, error) {
 		prefix = *req.NamePrefix
 	}
 	p := &Plan{Env: env, Registry: req.Registry}
+	var errs problems
 	if p.Registry.Enabled {
 		if p.Registry.Name == "" {
 			p.Registry.Name = DefaultRegistryName
@@ -138,15 +153,55 @@ func NewPlan(req Request) (*Plan, error) {
 		if c.ConfigClusterName == "" {
 			c.ConfigClusterName = c.PrimaryClusterName
 		}
+		if s.Kubeconfig != "" {
+			c, err = existingPlan(c, s, &errs)
+			if err != nil {
+				return nil, err
+			}
+			p.Clusters = append(p.Clusters, c)
+			continue
+		}
 		c.PodSubnets = defaultSubnets(s.PodSubnet, c.IPFamily, i, podSubnet)
 		c.ServiceSubnets = defaultSubnets(s.ServiceSubnet, c.IPFamily, i, serviceSubnet)
 		c.Roles = roles(c)
 		p.Clusters = append(p.Clusters, c)
 	}
-	if err := p.validate(); err != nil {
+	if err := p.validate(errs); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// existingPlan turns a kind-defaulted ClusterPlan into an existing
+// cluster's: no kind name, image, nodes or default subnets — nothing of it
+// is meshctl's to choose. Subnets the topology states are kept, to be
+// checked against what the cluster reports.
+func existingPlan(c ClusterPlan, s Spec, errs *problems) (ClusterPlan, error) {
+	for _, f := range []struct {
+		key string
+		set bool
+	}{{"workers", s.Workers != nil}, {"ipFamily", s.IPFamily != ""}, {"image", s.Image != ""}} {
+		if f.set {
+			errs.add(c.Name, "%s applies to kind clusters; an existing cluster (meta.kubeconfig) is used as it is", f.key)
+		}
+	}
+	path, err := filepath.Abs(s.Kubeconfig)
+	if err != nil {
+		return c, fmt.Errorf("cluster %q: meta.kubeconfig %s: %w", c.Name, s.Kubeconfig, err)
+	}
+	c.Existing, c.Kubeconfig, c.Context, c.PodNetworkRoutable = true, path, s.Context, s.PodNetworkRoutable
+	c.KindName, c.Image, c.IPFamily = "", "", ""
+	c.ControlPlanes, c.Workers = 0, 0
+	c.PodSubnets, c.ServiceSubnets = splitSubnets(s.PodSubnet), splitSubnets(s.ServiceSubnet)
+	c.Roles = roles(c)
+	return c, nil
+}
+
+func splitSubnets(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return defaultSubnets(s, "", 0, podSubnet)
 }
 
 // Cluster returns the planned cluster with the given mesh or kind name.

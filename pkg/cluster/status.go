@@ -56,18 +56,32 @@ func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusRes
 
 func (p *Provider) clusterStatus(ctx context.Context, c ClusterPlan) ClusterStatus {
 	st := ClusterStatus{ClusterPlan: c, Nodes: []NodeStatus{}}
-	kc, err := p.kind.KubeConfig(c.KindName, false)
+	var kc []byte
+	var err error
+	if c.Existing {
+		// Read through the user's kubeconfig, not meshctl's copy: it
+		// is the one whose credentials the user keeps fresh.
+		kc, err = p.kubeconfig(c, false)
+	} else {
+		var raw string
+		raw, err = p.kind.KubeConfig(c.KindName, false)
+		kc = []byte(raw)
+	}
 	if err != nil {
 		st.Error = "reading kubeconfig: " + err.Error()
 		return st
 	}
-	ns, err := p.nodes.Nodes(ctx, []byte(kc))
+	ns, err := p.nodes.Nodes(ctx, kc)
 	if err != nil {
 		st.Error = err.Error()
 		return st
 	}
 	st.Nodes = ns
 	st.Ready = len(ns) == c.ControlPlanes+c.Workers
+	if c.Existing {
+		// Its size is its owner's; a cluster without nodes runs nothing.
+		st.Ready = len(ns) > 0
+	}
 	for _, n := range ns {
 		st.Ready = st.Ready && n.Ready
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -30,9 +31,21 @@ type Spec struct {
 	// v6 CIDR separated by a comma for dual stack.
 	PodSubnet     string `json:"podSubnet,omitempty"`
 	ServiceSubnet string `json:"serviceSubnet,omitempty"`
-	// Kubeconfig is Istio's meta.kubeconfig: where the cluster's kubeconfig
-	// is written. Kept so that Istio's test framework finds it.
+	// Kubeconfig is Istio's meta.kubeconfig, which Istio's test framework
+	// reads a cluster's kubeconfig from: an entry that has one names an
+	// existing cluster, used as it is and never created or deleted by
+	// meshctl. LoadTopology resolves a relative path against the topology
+	// file's directory (as the file's author sees it) and expands "~".
 	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Context is meta.context: the kubeconfig context of the existing
+	// cluster (default: the kubeconfig's current-context).
+	Context string `json:"context,omitempty"`
+	// PodNetworkRoutable is meta.podNetworkRoutable, a meshctl extension:
+	// the user's statement that the existing cluster's pods and the kind
+	// clusters' pods on the same network already reach each other. Without
+	// it an existing cluster may not share a kind cluster's network, since
+	// meshctl can route only between kind nodes.
+	PodNetworkRoutable bool `json:"podNetworkRoutable,omitempty"`
 	// Workers, IPFamily and Image are meshctl extensions of Istio's schema;
 	// when empty, the environment-wide values apply.
 	Workers  *int   `json:"workers,omitempty"`
@@ -79,7 +92,29 @@ func LoadTopology(path string) ([]Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("topology %s: %w", path, err)
 	}
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("topology %s: %w", path, err)
+	}
+	for i := range specs {
+		if k := specs[i].Kubeconfig; k != "" && !filepath.IsAbs(k) {
+			specs[i].Kubeconfig = filepath.Join(dir, k)
+		}
+	}
 	return specs, nil
+}
+
+// expandHome expands a leading "~" the way a shell would have, since a
+// topology file is not read by one.
+func expandHome(path string) (string, error) {
+	if path != "~" && !strings.HasPrefix(path, "~/") {
+		return path, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("expanding %s: %w", path, err)
+	}
+	return filepath.Join(home, strings.TrimPrefix(path, "~")), nil
 }
 
 // ParseTopology decodes a topology document. Entries whose kind is set and is
@@ -193,12 +228,35 @@ func parseEntry(raw map[string]json.RawMessage) (Spec, bool, error) {
 		if err := json.Unmarshal(v, &meta); err != nil {
 			return s, false, fmt.Errorf("meta: want an object, got %s", v)
 		}
+		// Other meta keys (Istio's fakeVM, say) are Istio's business and
+		// are left alone.
 		if kc, ok := meta["kubeconfig"]; ok {
 			path, isStr := kc.(string)
-			if !isStr {
-				return s, false, fmt.Errorf("meta.kubeconfig: want a string")
+			if !isStr || path == "" {
+				return s, false, fmt.Errorf("meta.kubeconfig: want a non-empty string (the path of an existing cluster's kubeconfig)")
 			}
-			s.Kubeconfig = path
+			if s.Kubeconfig, err = expandHome(path); err != nil {
+				return s, false, fmt.Errorf("meta.kubeconfig: %w", err)
+			}
+		}
+		if v, ok := meta["context"]; ok {
+			ctx, isStr := v.(string)
+			if !isStr || ctx == "" {
+				return s, false, fmt.Errorf("meta.context: want a non-empty string (a context of meta.kubeconfig)")
+			}
+			s.Context = ctx
+		}
+		if v, ok := meta["podNetworkRoutable"]; ok {
+			b, isBool := v.(bool)
+			if !isBool {
+				return s, false, fmt.Errorf("meta.podNetworkRoutable: want true or false")
+			}
+			s.PodNetworkRoutable = b
+		}
+		for _, k := range []string{"context", "podNetworkRoutable"} {
+			if _, ok := meta[k]; ok && s.Kubeconfig == "" {
+				return s, false, fmt.Errorf("meta.%s applies to an existing cluster: give meta.kubeconfig too", k)
+			}
 		}
 	}
 	if s.Name == "" {

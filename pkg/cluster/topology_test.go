@@ -13,27 +13,30 @@ const topologyDir = "../../testdata/topology"
 // invalidFixtures maps every invalid-* fixture to what its error must say:
 // the cluster and the field at fault.
 var invalidFixtures = map[string][]string{
-	"invalid-overlapping-pod-subnets.json":     {`cluster "one"`, "podSubnet 10.10.0.0/16 overlaps cluster \"two\" podSubnet 10.10.128.0/17"},
-	"invalid-overlapping-service-subnets.json": {`cluster "one"`, "serviceSubnet 10.255.10.0/24 overlaps cluster \"two\" serviceSubnet"},
-	"invalid-pod-overlaps-own-services.json":   {`cluster "one"`, "podSubnet 10.10.0.0/16 overlaps its own serviceSubnet 10.10.1.0/24"},
-	"invalid-cidr.json":                        {`cluster "one"`, `podSubnet "10.10.0.0/33" is not a CIDR`},
-	"invalid-not-network-address.json":         {`cluster "one"`, "not a network address (did you mean 10.10.0.0/16?)"},
-	"invalid-duplicate-name.json":              {`cluster "twin"`, "duplicate cluster name"},
-	"invalid-name.json":                        {`cluster "Cluster_One"`, "not a DNS-1123 label"},
-	"invalid-ip-family.json":                   {`cluster "one"`, `unknown ipFamily "ipv5"`},
-	"invalid-family-mismatch.json":             {`cluster "one"`, "podSubnet \"10.10.0.0/16\" does not fit ipFamily dual"},
-	"invalid-missing-primary.json":             {`cluster "remote"`, `primaryClusterName "nowhere" is not a cluster`},
-	"invalid-primary-is-remote.json":           {`cluster "c"`, `primaryClusterName "b" is itself a remote`},
-	"invalid-negative-workers.json":            {`cluster "one"`, "workers must be 0 or more, got -1"},
-	"invalid-unknown-key.json":                 {`entry 0 (cluster "one")`, "unknown key(s) podSubent"},
-	"invalid-camel-snake-conflict.json":        {"clusterName is given twice"},
-	"invalid-not-an-array.json":                {"want an array of cluster entries"},
-	"invalid-no-clusters.json":                 {"no Kubernetes clusters"},
-	"invalid-missing-name.json":                {"entry 0", "clusterName is required"},
-	"invalid-pod-subnet-too-small.json":        {`cluster "one"`, "podSubnet 10.10.0.0/28 is too small"},
-	"invalid-service-subnet-too-large.json":    {`cluster "one"`, "serviceSubnet 10.128.0.0/9 is too large"},
-	"invalid-network-name.json":                {`cluster "one"`, `network "not a label!" is not a valid label value`},
-	"invalid-workers-type.json":                {`cluster "one"`, "workers: want a whole number"},
+	"invalid-overlapping-pod-subnets.json":             {`cluster "one"`, "podSubnet 10.10.0.0/16 overlaps cluster \"two\" podSubnet 10.10.128.0/17"},
+	"invalid-overlapping-service-subnets.json":         {`cluster "one"`, "serviceSubnet 10.255.10.0/24 overlaps cluster \"two\" serviceSubnet"},
+	"invalid-pod-overlaps-own-services.json":           {`cluster "one"`, "podSubnet 10.10.0.0/16 overlaps its own serviceSubnet 10.10.1.0/24"},
+	"invalid-cidr.json":                                {`cluster "one"`, `podSubnet "10.10.0.0/33" is not a CIDR`},
+	"invalid-not-network-address.json":                 {`cluster "one"`, "not a network address (did you mean 10.10.0.0/16?)"},
+	"invalid-duplicate-name.json":                      {`cluster "twin"`, "duplicate cluster name"},
+	"invalid-name.json":                                {`cluster "Cluster_One"`, "not a DNS-1123 label"},
+	"invalid-ip-family.json":                           {`cluster "one"`, `unknown ipFamily "ipv5"`},
+	"invalid-family-mismatch.json":                     {`cluster "one"`, "podSubnet \"10.10.0.0/16\" does not fit ipFamily dual"},
+	"invalid-missing-primary.json":                     {`cluster "remote"`, `primaryClusterName "nowhere" is not a cluster`},
+	"invalid-primary-is-remote.json":                   {`cluster "c"`, `primaryClusterName "b" is itself a remote`},
+	"invalid-negative-workers.json":                    {`cluster "one"`, "workers must be 0 or more, got -1"},
+	"invalid-unknown-key.json":                         {`entry 0 (cluster "one")`, "unknown key(s) podSubent"},
+	"invalid-camel-snake-conflict.json":                {"clusterName is given twice"},
+	"invalid-not-an-array.json":                        {"want an array of cluster entries"},
+	"invalid-no-clusters.json":                         {"no Kubernetes clusters"},
+	"invalid-missing-name.json":                        {"entry 0", "clusterName is required"},
+	"invalid-pod-subnet-too-small.json":                {`cluster "one"`, "podSubnet 10.10.0.0/28 is too small"},
+	"invalid-service-subnet-too-large.json":            {`cluster "one"`, "serviceSubnet 10.128.0.0/9 is too large"},
+	"invalid-network-name.json":                        {`cluster "one"`, `network "not a label!" is not a valid label value`},
+	"invalid-workers-type.json":                        {`cluster "one"`, "workers: want a whole number"},
+	"invalid-existing-on-kind-network.json":            {`cluster "cloud"`, `existing cluster on network "network-1" with kind cluster "local"`, "meta.podNetworkRoutable: true"},
+	"invalid-existing-kind-fields.json":                {`cluster "cloud"`, "workers applies to kind clusters", "image applies to kind clusters"},
+	"invalid-existing-context-without-kubeconfig.json": {`entry 0 (cluster "cloud")`, "meta.context applies to an existing cluster: give meta.kubeconfig too"},
 }
 
 func loadPlan(path string) (*Plan, error) {
@@ -150,5 +153,39 @@ func TestParseTopologyForms(t *testing.T) {
 	}
 	if _, err := LoadTopology("does-not-exist.json"); err == nil || !strings.Contains(err.Error(), "does-not-exist.json") {
 		t.Errorf("missing file: got %v", err)
+	}
+}
+
+func TestExistingClustersInTopology(t *testing.T) {
+	t.Parallel()
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	plan, err := loadPlan(filepath.Join(topologyDir, "valid-existing-mixed.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, _ := filepath.Abs(topologyDir)
+	local, cloud, lab := plan.Clusters[0], plan.Clusters[1], plan.Clusters[2]
+	if local.Existing || local.KindName != "local" || len(local.PodSubnets) != 1 {
+		t.Errorf("kind cluster planned as %+v", local)
+	}
+	// The path is the topology file's, not the working directory's.
+	if !cloud.Existing || cloud.Kubeconfig != filepath.Join(abs, "kubeconfigs/cloud.yaml") || cloud.Context != "gke_prod" {
+		t.Errorf("cloud: %+v", cloud)
+	}
+	// Nothing of an existing cluster is meshctl's to default.
+	if cloud.KindName != "" || cloud.Image != "" || cloud.IPFamily != "" || cloud.ControlPlanes != 0 || cloud.PodSubnets != nil || cloud.ServiceSubnets != nil {
+		t.Errorf("cloud got kind defaults: %+v", cloud)
+	}
+	if strings.Join(cloud.Roles, ",") != RoleRemote || cloud.PrimaryClusterName != "local" {
+		t.Errorf("cloud roles %v primary %q", cloud.Roles, cloud.PrimaryClusterName)
+	}
+	if !lab.Existing || lab.Kubeconfig != filepath.Join(home, ".kube/lab") || !lab.PodNetworkRoutable || strings.Join(lab.PodSubnets, ",") != "10.99.0.0/16" {
+		t.Errorf("lab: %+v", lab)
+	}
+	if cfg := plan.KindConfig(local); cfg.Name != "local" {
+		t.Errorf("kind config %+v", cfg)
 	}
 }

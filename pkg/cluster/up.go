@@ -21,6 +21,8 @@ const (
 	ActionCreated   = "created"
 	ActionReused    = "reused"
 	ActionRecreated = "recreated"
+	// ActionExisting: an existing cluster, checked and used as it is.
+	ActionExisting = "existing"
 )
 
 // UpResult reports what `up` did.
@@ -80,10 +82,20 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 	}
 	status := cli.NewStatus(p.logger)
 
-	status.Start("Checking Docker")
-	if err := p.Preflight(ctx, plan); err != nil {
-		status.End(false)
-		return nil, err
+	kinds, existing := splitExisting(plan.Clusters)
+	if len(kinds) > 0 {
+		status.Start("Checking Docker")
+		if err := p.Preflight(ctx, plan); err != nil {
+			status.End(false)
+			return nil, err
+		}
+	}
+	if len(existing) > 0 {
+		status.Start("Checking existing clusters: " + meshNames(existing))
+		if err := p.CheckExisting(ctx, plan); err != nil {
+			status.End(false)
+			return nil, err
+		}
 	}
 
 	status.Start("Inspecting existing clusters")
@@ -94,7 +106,8 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 	}
 
 	res := &UpResult{Env: plan.Env}
-	if plan.Registry.Enabled {
+	// Only kind nodes pull from the local registry.
+	if plan.Registry.Enabled && len(kinds) > 0 {
 		status.Start(fmt.Sprintf("Starting registry %s on localhost:%d", plan.Registry.Name, plan.Registry.Port))
 		act, err := p.ensureRegistry(ctx, plan.Registry)
 		if err != nil {
@@ -131,6 +144,9 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 
 	status.Start("Writing kubeconfigs and registry settings")
 	err = parallel.ForEach(plan.Clusters, func(c ClusterPlan) error {
+		if c.Existing {
+			return p.adoptExisting(ctx, plan, c)
+		}
 		if err := p.exportKubeconfigs(plan, c); err != nil {
 			return err
 		}
@@ -193,6 +209,9 @@ func (p *Provider) classify(plan *Plan, recreate bool) (map[string]string, error
 }
 
 func (p *Provider) classifyOne(plan *Plan, c ClusterPlan, exists, recreate bool) (action, conflict string, err error) {
+	if c.Existing {
+		return ActionExisting, "", nil // checked by CheckExisting
+	}
 	if !exists {
 		return ActionCreated, "", nil
 	}
@@ -299,8 +318,35 @@ func (p *Provider) LogsDir(env, cluster string) string {
 	return p.clusterDir(env, cluster) + "/logs"
 }
 
-// concurrently runs f for every item at once and joins the errors, in the
-// items' order so that messages read the same on every run.
+// adoptExisting makes an existing cluster part of the environment: its
+// kubeconfig copied for other steps, its claim and its local record.
+func (p *Provider) adoptExisting(ctx context.Context, plan *Plan, c ClusterPlan) error {
+	if err := p.exportKubeconfigs(plan, c); err != nil {
+		return err
+	}
+	return p.recordExisting(ctx, Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC()})
+}
+
+// splitExisting separates kind clusters from existing ones.
+func splitExisting(cs []ClusterPlan) (kinds, existing []ClusterPlan) {
+	for _, c := range cs {
+		if c.Existing {
+			existing = append(existing, c)
+		} else {
+			kinds = append(kinds, c)
+		}
+	}
+	return kinds, existing
+}
+
+func meshNames(cs []ClusterPlan) string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Name
+	}
+	return strings.Join(names, ", ")
+}
+
 func kindNames(cs []ClusterPlan) string {
 	names := make([]string, len(cs))
 	for i, c := range cs {

@@ -38,10 +38,12 @@ func (p *problems) add(cluster, format string, args ...any) {
 type subnetRef struct {
 	cluster, field string
 	prefix         netip.Prefix
+	network        string
+	existing       bool
 }
 
-func (p *Plan) validate() error {
-	var errs problems
+// validate checks the whole plan, adding to the problems NewPlan found.
+func (p *Plan) validate(errs problems) error {
 	if len(p.Clusters) == 0 {
 		errs.add("", "no clusters")
 	}
@@ -66,29 +68,40 @@ func (p *Plan) validate() error {
 		names[c.Name] = true
 		if msgs := validation.IsDNS1123Label(c.Name); len(msgs) > 0 {
 			errs.add(c.Name, "name is not a DNS-1123 label: %s", strings.Join(msgs, "; "))
+		} else if c.Existing {
+			// No kind name: nothing is created under one.
 		} else if kindNames[c.KindName] {
 			errs.add(c.Name, "kind cluster name %q is used twice", c.KindName)
 		} else if msgs := validation.IsDNS1123Label(c.KindName); len(msgs) > 0 || len(c.KindName) > maxKindNameLen {
 			errs.add(c.Name, "kind cluster name %q must be a DNS-1123 label of at most %d characters (node names add \"-control-plane\")", c.KindName, maxKindNameLen)
 		}
-		kindNames[c.KindName] = true
+		if !c.Existing {
+			kindNames[c.KindName] = true
+		}
 		if c.Network == "" {
 			errs.add(c.Name, "network is empty")
 		} else if msgs := validation.IsValidLabelValue(c.Network); len(msgs) > 0 {
 			errs.add(c.Name, "network %q is not a valid label value: %s", c.Network, strings.Join(msgs, "; "))
 		}
-		if c.Workers < 0 {
-			errs.add(c.Name, "workers must be 0 or more, got %d", c.Workers)
-		}
-		if c.Image == "" {
-			errs.add(c.Name, "image is empty")
-		}
 		familyOK := true
-		switch c.IPFamily {
-		case IPv4, IPv6, Dual:
-		default:
+		switch {
+		case c.Existing:
+			// Its family is what the cluster is: discovered, and
+			// checked against stated subnets by Up, not here.
 			familyOK = false
-			errs.add(c.Name, "unknown ipFamily %q: want ipv4, ipv6 or dual", c.IPFamily)
+		default:
+			if c.Workers < 0 {
+				errs.add(c.Name, "workers must be 0 or more, got %d", c.Workers)
+			}
+			if c.Image == "" {
+				errs.add(c.Name, "image is empty")
+			}
+			switch c.IPFamily {
+			case IPv4, IPv6, Dual:
+			default:
+				familyOK = false
+				errs.add(c.Name, "unknown ipFamily %q: want ipv4, ipv6 or dual", c.IPFamily)
+			}
 		}
 		for _, f := range []struct {
 			field string
@@ -99,7 +112,7 @@ func (p *Plan) validate() error {
 				continue
 			}
 			for _, pr := range ps {
-				subnets = append(subnets, subnetRef{c.Name, f.field, pr})
+				subnets = append(subnets, subnetRef{c.Name, f.field, pr, c.Network, c.Existing})
 			}
 		}
 	}
@@ -119,9 +132,17 @@ func (p *Plan) validate() error {
 			}
 		}
 	}
+	checkExistingNetworks(&errs, p.Clusters)
 	for i := range subnets {
 		for j := i + 1; j < len(subnets); j++ {
 			a, b := subnets[i], subnets[j]
+			// An existing cluster's subnets are its own business unless
+			// it shares a network (where pod addresses must be unique);
+			// refusing a cloud cluster because it happens to use
+			// 10.10.0.0/16 too would help nobody.
+			if (a.existing || b.existing) && a.network != b.network {
+				continue
+			}
 			if a.prefix.Overlaps(b.prefix) {
 				other := fmt.Sprintf("cluster %q", b.cluster)
 				if a.cluster == b.cluster {
@@ -135,6 +156,30 @@ func (p *Plan) validate() error {
 		return &InvalidPlanError{Problems: errs}
 	}
 	return nil
+}
+
+// checkExistingNetworks refuses an existing cluster on a kind cluster's
+// network unless the topology says its pod network is routable. One network
+// means, to Istio, that pods reach each other directly; meshctl makes that
+// true for kind clusters by adding routes on every kind node, but it cannot
+// change the routes of a cluster it does not own (its nodes are not on the
+// kind docker network and meshctl does not run commands on them), so the
+// mesh would send traffic to pod addresses nothing routes to.
+func checkExistingNetworks(errs *problems, cs []ClusterPlan) {
+	kindOn := map[string]string{} // network → first kind cluster on it
+	for _, c := range cs {
+		if _, ok := kindOn[c.Network]; !ok && !c.Existing {
+			kindOn[c.Network] = c.Name
+		}
+	}
+	for _, c := range cs {
+		kind, shared := kindOn[c.Network]
+		if !c.Existing || !shared || c.PodNetworkRoutable {
+			continue
+		}
+		errs.add(c.Name, "existing cluster on network %q with kind cluster %q: meshctl routes pods only between kind clusters (it adds routes on kind nodes and cannot on an existing cluster's), so their pods could not reach each other as one network requires; "+
+			"put %q on a network of its own (reached through an east-west gateway), or set meta.podNetworkRoutable: true if its pods and the kind nodes already route to each other", c.Network, kind, c.Name)
+	}
 }
 
 // Size limits Kubernetes itself enforces: kube-controller-manager carves a
@@ -169,11 +214,13 @@ func checkSubnets(errs *problems, c ClusterPlan, field string, cidrs []string, f
 		} else {
 			v6++
 		}
-		if field == "podSubnet" && pr.Bits() > minPodBits[is4] {
+		// An existing cluster's sizes are what its owner chose and
+		// Kubernetes accepted (a node's podCIDR may be a /26).
+		if !c.Existing && field == "podSubnet" && pr.Bits() > minPodBits[is4] {
 			errs.add(c.Name, "%s %s is too small: nodes get a /%d each, so it needs a prefix of /%d or shorter", field, s, minPodBits[is4], minPodBits[is4])
 			ok = false
 		}
-		if field == "serviceSubnet" && pr.Bits() < minSvcBits[is4] {
+		if !c.Existing && field == "serviceSubnet" && pr.Bits() < minSvcBits[is4] {
 			errs.add(c.Name, "%s %s is too large: Kubernetes allows at most a /%d", field, s, minSvcBits[is4])
 			ok = false
 		}

@@ -115,9 +115,17 @@ func (c *Connector) plan(ctx context.Context, env string) ([]NodeRoutes, error) 
 
 // FromStatus models the clusters of a status report for routing. Cluster
 // names are kind names: they address the nodes.
+//
+// Existing (non-kind) clusters are left out: meshctl cannot run commands on
+// their nodes, nor would kind nodes reach their pod addresses through the
+// kind network. The plan refuses an existing cluster on a kind cluster's
+// network unless the topology says its pods are routable already.
 func FromStatus(st *cluster.StatusResult) ([]Cluster, error) {
 	var out []Cluster
 	for _, cs := range st.Clusters {
+		if cs.Existing {
+			continue
+		}
 		if cs.Error != "" {
 			return nil, fmt.Errorf("cluster %q: %s", cs.Name, cs.Error)
 		}
