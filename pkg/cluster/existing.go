@@ -444,7 +444,15 @@ func (p *Provider) recordExisting(ctx context.Context, rec Record) error {
 	// A namespace that exists already is not labelled: it is not
 	// meshctl's to delete on down.
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ClaimNamespace, Labels: managed}}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		cur, err := cs.CoreV1().Namespaces().Get(ctx, ClaimNamespace, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("cluster %q: reading namespace %s: %w", c.Name, ClaimNamespace, err)
+		}
+		if cur.DeletionTimestamp != nil {
+			return fmt.Errorf("cluster %q: namespace %s is still being deleted (by an earlier `meshctl down`): rerun when it is gone", c.Name, ClaimNamespace)
+		}
+	} else if err != nil {
 		return fmt.Errorf("cluster %q: creating namespace %s: %w", c.Name, ClaimNamespace, err)
 	}
 	cm := &corev1.ConfigMap{

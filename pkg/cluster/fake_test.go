@@ -290,7 +290,8 @@ func (d *fakeDocker) called(prefix string) int {
 }
 
 // fakeNodeReader reports a fake cluster's nodes, found through the
-// kubeconfig's cluster name, as Ready.
+// kubeconfig's cluster name, as Ready; it reads any other cluster's nodes
+// from its real API server.
 type fakeNodeReader struct{ kind *fakeKind }
 
 func (r fakeNodeReader) Nodes(_ context.Context, kubeconfig []byte) ([]NodeStatus, error) {
@@ -298,7 +299,13 @@ func (r fakeNodeReader) Nodes(_ context.Context, kubeconfig []byte) ([]NodeStatu
 	if err != nil {
 		return nil, err
 	}
-	name := strings.TrimPrefix(cfg.Contexts[cfg.CurrentContext].Cluster, "kind-")
+	kctx := cfg.Contexts[cfg.CurrentContext]
+	if kctx == nil || !strings.HasPrefix(kctx.Cluster, "kind-") {
+		// Not a fake kind cluster: an existing cluster, which tests
+		// stand up as a real API server.
+		return apiNodeReader{}.Nodes(context.Background(), kubeconfig)
+	}
+	name := strings.TrimPrefix(kctx.Cluster, "kind-")
 	c, ok := r.kind.cluster(name)
 	if !ok {
 		return nil, fmt.Errorf("connection refused")
