@@ -13,13 +13,21 @@ import (
 func newDownCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "down [KIND-CLUSTER...]",
-		Short: "Delete every cluster of an environment",
-		Long: `Delete every cluster of the environment, concurrently, with its kubeconfigs.
+		Short: "Delete every kind cluster of an environment; uninstall from existing ones",
+		Long: `Delete every kind cluster of the environment, concurrently, with its kubeconfigs.
 Named kind clusters are deleted too, even without meshctl's record (clusters
 kept with --retain before creation finished). Deleting what is already gone
-succeeds. With --registry the local registry container goes too.`,
+succeeds. With --registry the local registry container goes too.
+
+Existing clusters (topology entries with meta.kubeconfig) are never deleted:
+down removes from them every object meshctl labelled
+app.kubernetes.io/managed-by=meshctl (the istio-system/cacerts Secret, the
+meshctl-system/meshctl-cluster claim and its namespace), then meshctl's local
+kubeconfig copies and record of them. --uninstall-only does the same to the
+kind clusters and keeps them.`,
 		Example: `  meshctl down
-  meshctl down --env ci --registry`,
+  meshctl down --env ci --registry
+  meshctl down --uninstall-only`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			format, err := g.outputFormat()
 			if err != nil {
@@ -29,17 +37,19 @@ succeeds. With --registry the local registry container goes too.`,
 			if g.settings.GetBool("registry") {
 				opts = append(opts, cluster.DownWithRegistry(g.settings.GetString("registry-name")))
 			}
-			opts = append(opts, cluster.DownWithClusters(args...))
+			opts = append(opts, cluster.DownWithClusters(args...), cluster.DownWithUninstallOnly(g.settings.GetBool("uninstall-only")))
 			res, err := g.provider().Down(cmd.Context(), g.settings.GetString("env"), opts...)
 			if err != nil {
 				return err
 			}
 			return print(g.streams.Out, format, res, func(w io.Writer) error {
-				if len(res.Deleted) == 0 {
-					fmt.Fprintf(w, "Environment %q has no clusters: nothing to delete.\n", res.Env)
-				} else {
+				switch {
+				case len(res.Deleted) > 0:
 					fmt.Fprintf(w, "Deleted %s.\n", strings.Join(res.Deleted, ", "))
+				case len(res.Uninstalled) == 0:
+					fmt.Fprintf(w, "Environment %q has no clusters: nothing to delete.\n", res.Env)
 				}
+				printUninstalled(w, res.Uninstalled)
 				if res.Registry != "" {
 					fmt.Fprintf(w, "Deleted registry %s.\n", res.Registry)
 				}
@@ -51,6 +61,7 @@ succeeds. With --registry the local registry container goes too.`,
 		},
 	}
 	cmd.Flags().Bool("registry", false, "also delete the local registry container")
+	cmd.Flags().Bool("uninstall-only", false, "keep the kind clusters too: only remove what meshctl installed (as down always does for existing clusters)")
 	cmd.Flags().String("registry-name", cluster.DefaultRegistryName, "name of the registry container")
 	addOutputFlag(cmd)
 	return cmd

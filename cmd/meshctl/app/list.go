@@ -32,7 +32,7 @@ func newListCommand(g *globals) *cobra.Command {
 					switch {
 					case e.Record != nil:
 						c := e.Record.Cluster
-						t.row(e.Record.Env, c.Name, c.KindName, c.Network, strings.Join(c.Roles, ","))
+						t.row(e.Record.Env, c.Name, kindNameOrExisting(c.KindName), c.Network, strings.Join(c.Roles, ","))
 					case e.Error != "":
 						t.row("?", "-", e.KindName, "-", "error: "+e.Error)
 					default:

@@ -42,7 +42,7 @@ func printStatus(w io.Writer, r *cluster.StatusResult) error {
 		fmt.Fprintf(w, "Registry %s: %s\n", r.Registry.Name, map[bool]string{true: "running", false: "stopped"}[r.Registry.Running])
 	}
 	for _, c := range r.Clusters {
-		fmt.Fprintf(w, "\n%s (kind cluster %s): %s\n", c.Name, c.KindName, readiness(c.Ready))
+		fmt.Fprintf(w, "\n%s (%s): %s\n", c.Name, describeCluster(c.ClusterPlan), readiness(c.Ready))
 		fmt.Fprintf(w, "  network %s, roles %s, pods %s, services %s\n", c.Network, strings.Join(c.Roles, ","),
 			strings.Join(c.PodSubnets, ","), strings.Join(c.ServiceSubnets, ","))
 		if c.Error != "" {

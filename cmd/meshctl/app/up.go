@@ -125,13 +125,13 @@ type dryRun struct {
 
 type dryRunCluster struct {
 	cluster.ClusterPlan
-	KindConfig *v1alpha4.Cluster `json:"kindConfig"`
+	KindConfig *v1alpha4.Cluster `json:"kindConfig,omitempty"` // none for an existing cluster
 }
 
 func newDryRun(p *cluster.Plan) dryRun {
 	d := dryRun{Env: p.Env, Registry: p.Registry}
 	for _, c := range p.Clusters {
-		d.Clusters = append(d.Clusters, dryRunCluster{ClusterPlan: c, KindConfig: p.KindConfig(c)})
+		d.Clusters = append(d.Clusters, dryRunCluster{ClusterPlan: c, KindConfig: kindConfigOf(p, c)})
 	}
 	return d
 }
@@ -143,6 +143,10 @@ func printPlan(w io.Writer, p *cluster.Plan) error {
 	}
 	fmt.Fprintf(w, "Environment %q: %d cluster(s), %s. Nothing is created (--dry-run).\n", p.Env, len(p.Clusters), reg)
 	for _, c := range p.Clusters {
+		if c.Existing {
+			printExistingPlan(w, c)
+			continue
+		}
 		cfg, err := p.KindConfigYAML(c)
 		if err != nil {
 			return err
@@ -174,7 +178,7 @@ func printUp(w io.Writer, r *cluster.UpResult) error {
 	fmt.Fprintf(w, "Environment %q:\n", r.Env)
 	tw := newTable(w, "CLUSTER", "KIND CLUSTER", "NETWORK", "ACTION", "KUBECONFIG")
 	for _, c := range r.Clusters {
-		tw.row(c.Name, c.KindName, c.Network, c.Action, c.Kubeconfig)
+		tw.row(c.Name, kindNameOrExisting(c.KindName), c.Network, c.Action, c.Kubeconfig)
 	}
 	return tw.flush()
 }
