@@ -1,0 +1,180 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/testenv"
+)
+
+// An existing (non-kind) cluster is a real etcd + kube-apiserver started by
+// this process, named in a topology by its kubeconfig, next to one real kind
+// cluster.
+var _ = Describe("an environment mixing kind with an existing cluster", Ordered, func() {
+	xenv := env + "-x"
+	var (
+		api      *testenv.Env
+		apiCS    *kubernetes.Clientset
+		topology string
+		res      cluster.UpResult
+	)
+
+	BeforeAll(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		var err error
+		api, err = testenv.Start(ctx)
+		if errors.Is(err, testenv.ErrBinariesMissing) {
+			Skip(err.Error())
+		}
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = api.Stop() })
+		apiCS = kubernetes.NewForConfigOrDie(api.Config)
+
+		// What the cluster's owner has in it: a node with its pod CIDR
+		// (no kubelet here: registered as one would), and an object of
+		// theirs that down must leave alone.
+		node, err := apiCS.CoreV1().Nodes().Create(ctx, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "existing-node"},
+			Spec:       corev1.NodeSpec{PodCIDR: "10.244.0.0/24", PodCIDRs: []string{"10.244.0.0/24"}},
+		}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+		_, err = apiCS.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = apiCS.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "owners-data"}, Data: map[string]string{"keep": "me"},
+		}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+
+		dir := GinkgoT().TempDir()
+		kc := clientcmdapi.NewConfig()
+		kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: api.Config.Host, CertificateAuthorityData: api.Config.CAData}
+		kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: api.Config.CertData, ClientKeyData: api.Config.KeyData}
+		kc.Contexts["existing-admin"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: "admin"}
+		Expect(clientcmd.WriteToFile(*kc, filepath.Join(dir, "existing.kubeconfig"))).To(Succeed())
+		topology = filepath.Join(dir, "topology.json")
+		Expect(os.WriteFile(topology, []byte(`[
+  {"clusterName": "kind1", "network": "network-1"},
+  {"clusterName": "ext", "network": "network-2", "primaryClusterName": "kind1",
+   "meta": {"kubeconfig": "existing.kubeconfig", "context": "existing-admin"}}
+]`), 0o600)).To(Succeed())
+
+		DeferCleanup(func() {
+			if os.Getenv("MESHCTL_E2E_KEEP") != "" {
+				return
+			}
+			_, _, _ = meshctlResult("down", "--env", xenv)
+		})
+	})
+
+	It("creates the kind cluster and checks, discovers and records the existing one", func() {
+		meshctlJSON(&res, "up", "--env", xenv, "--topology", topology, "--image", suite.image, "--registry=false")
+		Expect(res.Clusters).To(HaveLen(2))
+		Expect(res.Clusters[0].Action).To(Equal(cluster.ActionCreated))
+		Expect(res.Clusters[0].KindName).To(Equal(xenv + "-kind1"))
+		Expect(res.Clusters[1].Action).To(Equal(cluster.ActionExisting))
+		Expect(res.Clusters[1].KindName).To(BeEmpty())
+
+		st, err := os.Stat(res.Clusters[1].Kubeconfig)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(st.Mode().Perm()).To(Equal(os.FileMode(0o600)))
+		claim, err := clientset(res.Clusters[1].Kubeconfig).CoreV1().ConfigMaps(cluster.ClaimNamespace).Get(context.Background(), cluster.ClaimName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(claim.Data).To(HaveKeyWithValue("env", xenv))
+	})
+
+	It("installs the shared root CA in both", func() {
+		var roots []string
+		for _, c := range res.Clusters {
+			sec, err := clientset(c.Kubeconfig).CoreV1().Secrets("istio-system").Get(context.Background(), "cacerts", metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred(), c.Name)
+			roots = append(roots, string(sec.Data["root-cert.pem"]))
+		}
+		Expect(roots[1]).To(Equal(roots[0]))
+	})
+
+	It("shows both in status and list, the existing one with what was discovered", func() {
+		var st cluster.StatusResult
+		Eventually(func(g Gomega) {
+			meshctlJSON(&st, "status", "--env", xenv)
+			g.Expect(st.Clusters).To(HaveLen(2))
+			g.Expect(st.Ready).To(BeTrue(), "status: %+v", st)
+		}).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+		ext := st.Clusters[0]
+		Expect(ext.Name).To(Equal("ext"))
+		Expect(ext.Existing).To(BeTrue())
+		Expect(ext.Discovery).NotTo(BeNil())
+		Expect(ext.Discovery.Server).To(Equal(api.Config.Host))
+		Expect(ext.PodSubnets).To(Equal([]string{"10.244.0.0/24"}))
+		Expect(ext.ServiceSubnets).To(Equal([]string{"10.0.0.0/24"})) // testenv's --service-cluster-ip-range
+		Expect(ext.Nodes).To(HaveLen(1))
+		Expect(st.Clusters[1].KindName).To(Equal(xenv + "-kind1"))
+
+		out := meshctl("list")
+		Expect(out).To(MatchRegexp(`%s\s+ext\s+\(existing\)\s+network-2`, xenv))
+		Expect(out).To(MatchRegexp(`%s\s+kind1\s+%s-kind1\s+network-1`, xenv, xenv))
+	})
+
+	It("refuses the existing cluster to another environment, before creating anything", func() {
+		other := filepath.Join(filepath.Dir(topology), "other.json")
+		Expect(os.WriteFile(other, []byte(`[{"clusterName": "kind9"},
+  {"clusterName": "ext", "network": "far", "meta": {"kubeconfig": "existing.kubeconfig", "context": "existing-admin"}}]`), 0o600)).To(Succeed())
+		_, errOut, err := meshctlResult("up", "--env", xenv+"o", "--topology", other, "--image", suite.image, "--registry=false")
+		Expect(err).To(HaveOccurred())
+		Expect(errOut).To(ContainSubstring(fmt.Sprintf(`cluster "ext": is used by meshctl environment %q`, xenv)))
+		Expect(kindClusters()).NotTo(ContainElement(xenv + "o-kind9"))
+	})
+
+	It("down deletes only the kind cluster and uninstalls meshctl's objects from the existing one", func() {
+		var down cluster.DownResult
+		meshctlJSON(&down, "down", "--env", xenv)
+		Expect(down.Deleted).To(Equal([]string{xenv + "-kind1"}))
+		Expect(down.Uninstalled).To(HaveLen(1))
+		Expect(down.Uninstalled[0].Cluster).To(Equal("ext"))
+		Expect(down.Uninstalled[0].Objects).To(ContainElements(
+			"secrets/istio-system/cacerts", "configmaps/meshctl-system/meshctl-cluster", "namespaces/meshctl-system"))
+		Expect(kindClusters()).NotTo(ContainElement(xenv + "-kind1"))
+
+		ctx := context.Background()
+		_, err := apiCS.CoreV1().Secrets("istio-system").Get(ctx, "cacerts", metav1.GetOptions{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "cacerts: %v", err)
+		_, err = apiCS.CoreV1().ConfigMaps("default").Get(ctx, "owners-data", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred(), "the owner's ConfigMap")
+		_, err = apiCS.CoreV1().Nodes().Get(ctx, "existing-node", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred(), "the owner's node")
+		_, err = apiCS.CoreV1().Namespaces().Get(ctx, "istio-system", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred(), "istio-system was not meshctl's to delete (not labelled)")
+		_, err = os.Stat(res.Clusters[1].Kubeconfig)
+		Expect(os.IsNotExist(err)).To(BeTrue(), "the kubeconfig copy: %v", err)
+
+		var st cluster.StatusResult
+		meshctlJSON(&st, "status", "--env", xenv)
+		Expect(st.Clusters).To(BeEmpty())
+	})
+})
+
+// kindClusters lists the kind clusters on this machine, by their
+// control-plane containers (the e2e tier has no kind CLI).
+func kindClusters() []string {
+	GinkgoHelper()
+	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=io.x-k8s.kind.cluster", "--format", `{{.Label "io.x-k8s.kind.cluster"}}`).Output()
+	Expect(err).NotTo(HaveOccurred())
+	return strings.Fields(string(out))
+}
