@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -431,5 +432,33 @@ func TestIntegrationUpMixedKindAndExisting(t *testing.T) {
 	// Now another environment may use it.
 	if err := env.p.CheckExisting(ctx, e.plan(t, "other", `[{"clusterName": "ext", "meta": {"kubeconfig": "kubeconfig", "context": "admin"}}]`)); err != nil {
 		t.Errorf("after down, another environment: %v", err)
+	}
+}
+
+// TestIntegrationExistingOnlyNeedsNoDocker: an environment of existing
+// clusters alone (CI on real clusters) is brought up, inspected and taken
+// down on a machine where Docker does not answer.
+func TestIntegrationExistingOnlyNeedsNoDocker(t *testing.T) {
+	e := newExistingCluster(t)
+	e.addNode(t, "node-a", "10.244.0.0/24")
+	env := newEnv(t)
+	env.docker.down = true
+	env.kind.listErr = errors.New("failed to list clusters: docker: executable file not found in $PATH")
+	ctx := context.Background()
+	plan := e.plan(t, "ci", `[{"clusterName": "real", "meta": {"kubeconfig": "kubeconfig", "context": "admin"}}]`)
+	res, err := env.p.Up(ctx, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Registry != nil || len(env.docker.calls) != 0 {
+		t.Errorf("an existing-only up used Docker: registry %+v, calls %v", res.Registry, env.docker.calls)
+	}
+	st, err := env.p.Status(ctx, "ci", "")
+	if err != nil || len(st.Clusters) != 1 || !st.Clusters[0].Existing || st.Clusters[0].Error != "" {
+		t.Fatalf("status %+v: %v", st, err)
+	}
+	down, err := env.p.Down(ctx, "ci")
+	if err != nil || len(down.Deleted) != 0 || len(down.Uninstalled) != 1 {
+		t.Fatalf("down %+v: %v", down, err)
 	}
 }

@@ -28,6 +28,8 @@ type fakeKind struct {
 	created    []string
 	deleted    []string
 	logs       []string
+	// listErr makes List fail, as kind does on a machine without Docker.
+	listErr error
 }
 
 type fakeCluster struct {
@@ -82,6 +84,9 @@ func (k *fakeKind) Delete(name, kubeconfigPath string) error {
 func (k *fakeKind) List() ([]string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.listErr != nil {
+		return nil, k.listErr
+	}
 	var out []string
 	for n := range k.clusters {
 		out = append(out, n)

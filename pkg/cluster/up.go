@@ -177,9 +177,12 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 // cluster differs from the plan and recreate is off, or belongs to someone
 // else.
 func (p *Provider) classify(plan *Plan, recreate bool) (map[string]string, error) {
-	existing, err := p.kind.List()
-	if err != nil {
-		return nil, fmt.Errorf("listing kind clusters: %w", err)
+	var existing []string
+	var err error
+	if kinds, _ := splitExisting(plan.Clusters); len(kinds) > 0 {
+		if existing, err = p.kind.List(); err != nil {
+			return nil, fmt.Errorf("listing kind clusters: %w", err)
+		}
 	}
 	exists := map[string]bool{}
 	for _, n := range existing {
