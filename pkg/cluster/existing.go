@@ -278,6 +278,16 @@ func checkExisting(ctx context.Context, env string, c ClusterPlan) (ClusterPlan,
 	if err != nil {
 		return c, err
 	}
+	if inferred && len(c.ServiceSubnets) > 0 {
+		// An inferred range is an upper bound: a stated one need
+		// only hold the kubernetes Service's address, and is exact.
+		hosts := make([]string, len(svc))
+		for i, s := range svc {
+			pr := netip.MustParsePrefix(s)
+			hosts[i] = netip.PrefixFrom(pr.Addr().Next(), pr.Addr().BitLen()).String()
+		}
+		svc, from = hosts, "the kubernetes Service's ClusterIP"
+	}
 	d.ServiceSubnetsInferred = inferred && len(c.ServiceSubnets) == 0
 	if c.ServiceSubnets, d.ServiceSubnetsFrom, err = reconcile("svcSubnet", c.ServiceSubnets, svc, from, ""); err != nil {
 		return c, err

@@ -199,6 +199,13 @@ func TestIntegrationExistingChecks(t *testing.T) {
 		if !slices.Equal(c.ServiceSubnets, []string{"10.0.0.0/12"}) || !c.Discovery.ServiceSubnetsInferred || !strings.Contains(c.Discovery.ServiceSubnetsFrom, "inferred from Service default/kubernetes ClusterIP 10.0.0.1") {
 			t.Errorf("service subnets %v, discovery %+v", c.ServiceSubnets, c.Discovery)
 		}
+		// A stated range is checked against the address, not the bound.
+		plan = e.plan(t, "ex", `[{"clusterName": "ext", "svcSubnet": "10.0.0.0/24", "meta": {"kubeconfig": "kubeconfig", "context": "restricted"}},
+			{"clusterName": "off", "network": "b", "svcSubnet": "10.1.0.0/24", "meta": {"kubeconfig": "kubeconfig", "context": "restricted"}}]`)
+		err := p.CheckExisting(ctx, plan)
+		if err == nil || !strings.Contains(err.Error(), `cluster "off": svcSubnet 10.1.0.0/24 stated in the topology does not contain 10.0.0.1/32`) || strings.Contains(err.Error(), `"ext"`) {
+			t.Errorf("error %v", err)
+		}
 	})
 
 	t.Run("stated subnets are checked", func(t *testing.T) {
