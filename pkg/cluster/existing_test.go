@@ -469,3 +469,49 @@ func TestIntegrationExistingOnlyNeedsNoDocker(t *testing.T) {
 		t.Fatalf("down %+v: %v", down, err)
 	}
 }
+
+// TestIntegrationDownUninstallOnly keeps a kind cluster (whose API server is
+// a real one here) and removes only what meshctl labelled in it.
+func TestIntegrationDownUninstallOnly(t *testing.T) {
+	e := newExistingCluster(t)
+	env := newEnv(t)
+	ctx := context.Background()
+	if _, err := env.p.Up(ctx, mustPlan(t, Request{Env: "keep", Clusters: 1})); err != nil {
+		t.Fatal(err)
+	}
+	// kind's kubeconfig for it: its context named as kind names it.
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["kind-keep-cluster1"] = &clientcmdapi.Cluster{Server: e.cfg.Host, CertificateAuthorityData: e.cfg.CAData}
+	kc.AuthInfos["kind-keep-cluster1"] = &clientcmdapi.AuthInfo{ClientCertificateData: e.cfg.CertData, ClientKeyData: e.cfg.KeyData}
+	kc.Contexts["kind-keep-cluster1"] = &clientcmdapi.Context{Cluster: "kind-keep-cluster1", AuthInfo: "kind-keep-cluster1"}
+	kc.CurrentContext = "kind-keep-cluster1"
+	raw, err := clientcmd.Write(*kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.kind.kubeconfigs = map[string]string{"keep-cluster1": string(raw)}
+	for _, s := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: "ours", Namespace: "default", Labels: map[string]string{ManagedByLabel: ManagedByValue}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "theirs", Namespace: "default"}},
+	} {
+		if _, err := e.cs.CoreV1().Secrets("default").Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	down, err := env.p.Down(ctx, "keep", DownWithUninstallOnly(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(down.Deleted) != 0 || len(env.kind.deleted) != 0 {
+		t.Errorf("uninstall-only deleted %v", env.kind.deleted)
+	}
+	if len(down.Uninstalled) != 1 || down.Uninstalled[0].Cluster != "cluster1" || down.Uninstalled[0].Existing || !slices.Equal(down.Uninstalled[0].Objects, []string{"secrets/default/ours"}) {
+		t.Errorf("uninstalled %+v", down.Uninstalled)
+	}
+	if _, err := e.cs.CoreV1().Secrets("default").Get(ctx, "theirs", metav1.GetOptions{}); err != nil {
+		t.Errorf("an unlabelled Secret went: %v", err)
+	}
+	if cs, err := env.p.Environment(ctx, "keep"); err != nil || len(cs) != 1 {
+		t.Errorf("the kind cluster left the environment: %v %v", cs, err)
+	}
+}

@@ -30,6 +30,9 @@ type fakeKind struct {
 	logs       []string
 	// listErr makes List fail, as kind does on a machine without Docker.
 	listErr error
+	// kubeconfigs replaces the kubeconfig of a cluster: a real API server
+	// standing in for a kind cluster's.
+	kubeconfigs map[string]string
 }
 
 type fakeCluster struct {
@@ -117,6 +120,9 @@ func (k *fakeKind) ListNodes(name string) ([]nodes.Node, error) {
 func (k *fakeKind) KubeConfig(name string, internal bool) (string, error) {
 	if _, ok := k.cluster(name); !ok {
 		return "", fmt.Errorf("cluster %s does not exist", name)
+	}
+	if kc, ok := k.kubeconfigs[name]; ok {
+		return kc, nil
 	}
 	server := "https://127.0.0.1:40001"
 	if internal {
