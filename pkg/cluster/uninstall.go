@@ -24,6 +24,10 @@ import (
 // what is reported deleted was deleted, not left to the namespace
 // controller.
 func uninstall(ctx context.Context, rc *rest.Config) ([]string, error) {
+	// Listing every type includes deprecated ones (v1 Endpoints): their
+	// warnings would only puzzle a user who ran down.
+	rc = rest.CopyConfig(rc)
+	rc.WarningHandler = rest.NoWarnings{}
 	dc, err := discovery.NewDiscoveryClientForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("creating discovery client: %w", err)
