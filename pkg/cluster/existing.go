@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -179,6 +180,19 @@ func existingClient(c ClusterPlan) (*kubernetes.Clientset, *rest.Config, error) 
 	return cs, rc, nil
 }
 
+// loopback tells whether a server URL's host is a loopback address.
+func loopback(server string) bool {
+	u, err := url.Parse(server)
+	if err != nil {
+		return false
+	}
+	if u.Hostname() == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(u.Hostname())
+	return err == nil && a.IsLoopback()
+}
+
 // apiError says what a failed first request to an API server means.
 func apiError(c ClusterPlan, server string, err error) error {
 	switch {
@@ -221,6 +235,11 @@ func (p *Provider) CheckExisting(ctx context.Context, plan *Plan) error {
 	}
 	for _, i := range idx {
 		plan.Clusters[i] = checked[i]
+		if loopback(checked[i].Discovery.Server) {
+			// Fine for meshctl on this host; not for another
+			// cluster's control plane given its kubeconfig.
+			p.logger.Warnf("cluster %q: its API server %s is a loopback address: other clusters cannot reach it (remote secrets will not work)", checked[i].Name, checked[i].Discovery.Server)
+		}
 	}
 	// Discovered subnets may clash with others on the same network.
 	return plan.validate(nil)
