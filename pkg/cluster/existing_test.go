@@ -515,3 +515,15 @@ func TestIntegrationDownUninstallOnly(t *testing.T) {
 		t.Errorf("the kind cluster left the environment: %v %v", cs, err)
 	}
 }
+
+func TestLoopback(t *testing.T) {
+	t.Parallel()
+	for server, want := range map[string]bool{
+		"https://127.0.0.1:6443": true, "https://[::1]:6443": true, "https://localhost:6443": true,
+		"https://172.18.0.2:6443": false, "https://api.example.com": false, "::not a url": false,
+	} {
+		if got := loopback(server); got != want {
+			t.Errorf("loopback(%q) = %v, want %v", server, got, want)
+		}
+	}
+}
