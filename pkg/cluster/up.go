@@ -98,7 +98,9 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 		}
 	}
 
-	status.Start("Inspecting existing clusters")
+	if len(kinds) > 0 {
+		status.Start("Inspecting existing kind clusters")
+	}
 	actions, err := p.classify(plan, o.recreate)
 	if err != nil {
 		status.End(false)

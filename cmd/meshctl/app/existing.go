@@ -67,3 +67,10 @@ func printUninstalled(w io.Writer, us []cluster.Uninstalled) {
 		fmt.Fprintf(w, "Kept %s %s; removed what meshctl installed: %s.\n", what, u.Cluster, strings.Join(u.Objects, ", "))
 	}
 }
+
+// printDiscovery says where an existing cluster's subnets come from.
+func printDiscovery(w io.Writer, c cluster.ClusterPlan) {
+	if d := c.Discovery; d != nil {
+		fmt.Fprintf(w, "  pods from %s; services from %s\n", d.PodSubnetsFrom, d.ServiceSubnetsFrom)
+	}
+}
