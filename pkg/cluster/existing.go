@@ -209,8 +209,8 @@ func apiError(c ClusterPlan, server string, err error) error {
 // what meshctl does, Kubernetes recent enough, not claimed by another
 // environment — and discovers its subnets into the plan. Every failing
 // cluster is reported, one message each, and nothing has been changed
-// anywhere. Up calls it first; it is exported for commands that plan
-// without creating (dry runs, values).
+// anywhere. Up calls it before any change; it is exported so that a
+// command or a test framework can check a topology without bringing it up.
 func (p *Provider) CheckExisting(ctx context.Context, plan *Plan) error {
 	var idx []int
 	for i, c := range plan.Clusters {
