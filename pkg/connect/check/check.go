@@ -30,6 +30,8 @@ const (
 	// nodes; any image with busybox's sh and nc works.
 	DefaultImage     = "meshctl/busybox:latest"
 	DefaultNamespace = "meshctl-check"
+	// DefaultTimeout bounds each wait: pods start slowly on a busy machine.
+	DefaultTimeout = 3 * time.Minute
 	// Port the server pods listen on.
 	Port = 8080
 )
@@ -79,7 +81,7 @@ func WithTimeout(d time.Duration) Option { return func(c *Checker) { c.timeout =
 
 // New returns a Checker that reads the environment from source.
 func New(source Source, opts ...Option) *Checker {
-	c := &Checker{source: source, logger: log.NoopLogger{}, image: DefaultImage, namespace: DefaultNamespace, timeout: 3 * time.Minute, poll: time.Second, attempts: 10}
+	c := &Checker{source: source, logger: log.NoopLogger{}, image: DefaultImage, namespace: DefaultNamespace, timeout: DefaultTimeout, poll: time.Second, attempts: 10}
 	for _, o := range opts {
 		o(c)
 	}

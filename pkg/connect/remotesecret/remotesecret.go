@@ -130,7 +130,7 @@ func (m *Manager) Ensure(ctx context.Context, env string) (*Result, error) {
 	}
 	secrets := map[string]*corev1.Secret{}
 	for i, name := range names {
-		s, err := build(name, eps[name].server, creds[i])
+		s, err := Build(name, eps[name].server, creds[i].ca, creds[i].token)
 		if err != nil {
 			return nil, fmt.Errorf("cluster %q: %w", name, err)
 		}
@@ -175,7 +175,7 @@ func (m *Manager) Secret(ctx context.Context, env, name string) (*corev1.Secret,
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: reader account: %w", name, err)
 	}
-	s, err := build(name, eps[name].server, creds)
+	s, err := Build(name, eps[name].server, creds.ca, creds.token)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", name, err)
 	}

@@ -21,13 +21,14 @@ const (
 	SecretUnchanged = "unchanged"
 )
 
-// build makes the remote secret of cluster name as istioctl does: one key,
+// Build makes the remote secret of cluster name as istioctl does: one key,
 // the cluster's name, holding a kubeconfig whose cluster, user and context
-// are all named after it.
-func build(name, server string, creds credentials) (*corev1.Secret, error) {
+// are all named after it, with the API server address, its CA (PEM) and the
+// reader's token. It is pure: Manager fills in the live values.
+func Build(name, server string, ca, token []byte) (*corev1.Secret, error) {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: creds.ca}
-	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: string(creds.token)}
+	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: string(token)}
 	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
 	cfg.CurrentContext = name
 	if err := clientcmd.Validate(*cfg); err != nil {

@@ -12,7 +12,7 @@ import (
 // context all carry that name, with the server, CA and token given.
 func TestBuild(t *testing.T) {
 	t.Parallel()
-	s, err := build("cluster1", "https://172.18.0.3:6443", credentials{ca: []byte("CA PEM"), token: []byte("tok")})
+	s, err := Build("cluster1", "https://172.18.0.3:6443", []byte("CA PEM"), []byte("tok"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestBuild(t *testing.T) {
 	if user.Token != "tok" || user.ClientCertificateData != nil || user.ClientKeyData != nil {
 		t.Error("user: want the reader token and nothing else")
 	}
-	again, _ := build("cluster1", "https://172.18.0.3:6443", credentials{ca: []byte("CA PEM"), token: []byte("tok")})
+	again, _ := Build("cluster1", "https://172.18.0.3:6443", []byte("CA PEM"), []byte("tok"))
 	if !same(again, s) {
 		t.Error("building twice gives different secrets: re-runs would rewrite them")
 	}
@@ -54,14 +54,14 @@ func TestBuild(t *testing.T) {
 
 func TestBuildRejectsIncompleteCredentials(t *testing.T) {
 	t.Parallel()
-	if _, err := build("cluster1", "", credentials{ca: []byte("CA"), token: []byte("tok")}); err == nil {
+	if _, err := Build("cluster1", "", []byte("CA"), []byte("tok")); err == nil {
 		t.Error("a kubeconfig without a server was accepted")
 	}
 }
 
 func TestSame(t *testing.T) {
 	t.Parallel()
-	want, _ := build("c", "https://10.0.0.1:6443", credentials{ca: []byte("CA"), token: []byte("t")})
+	want, _ := Build("c", "https://10.0.0.1:6443", []byte("CA"), []byte("t"))
 	tests := []struct {
 		name   string
 		change func(s *corev1.Secret)
@@ -77,7 +77,7 @@ func TestSame(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cur, _ := build("c", "https://10.0.0.1:6443", credentials{ca: []byte("CA"), token: []byte("t")})
+			cur, _ := Build("c", "https://10.0.0.1:6443", []byte("CA"), []byte("t"))
 			tt.change(cur)
 			if got := same(cur, want); got != tt.same {
 				t.Errorf("same = %v, want %v", got, tt.same)
