@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -27,14 +29,16 @@ func (s oneCluster) Kubeconfig(context.Context, string, string, bool) ([]byte, e
 
 // TestIntegrationServerObjects creates the check's objects on a real API
 // server, which validates them (the dual-stack Service policy, the pod
-// specs). testenv runs no scheduler or kubelet, so the server pod never
-// runs: the check must end with an error naming the cluster and saying
-// what it waited for, not hang.
+// specs), with kube-controller-manager's namespace controller so that
+// namespaces really go. A stale check namespace is removed first. testenv
+// runs no scheduler or kubelet, so the server pod never runs: the check must
+// end with an error naming the cluster and saying what it waited for, not
+// hang, and still delete its namespace.
 func TestIntegrationServerObjects(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	cfg := testenv.New(t)
+	cfg := testenv.NewWithControllers(t, "namespace-controller")
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["c1"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kc.AuthInfos["c1"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
@@ -44,26 +48,51 @@ func TestIntegrationServerObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err = New(oneCluster{data}, WithTimeout(2*time.Second)).Check(ctx, "it")
+	client := kubernetes.NewForConfigOrDie(cfg)
+	// What an interrupted run leaves behind.
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DefaultNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().ConfigMaps(DefaultNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stale"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	seenc := make(chan *corev1.Service, 1)
+	c := New(oneCluster{data}, WithTimeout(5*time.Second))
+	c.poll = 100 * time.Millisecond
+	checking, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Read the Service while the check waits for its pod.
+		for checking.Err() == nil {
+			if s, err := client.CoreV1().Services(DefaultNamespace).Get(ctx, serverName, metav1.GetOptions{}); err == nil {
+				seenc <- s
+				if _, err := client.CoreV1().ConfigMaps(DefaultNamespace).Get(ctx, "stale", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					t.Errorf("the stale namespace was not removed first (configmap: %v)", err)
+				}
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	_, err = c.Check(ctx, "it")
+	stopWatching()
+	<-done
 	if err == nil || !strings.Contains(err.Error(), `cluster "c1"`) || !strings.Contains(err.Error(), "waiting for server pod meshctl-check/server to run") {
 		t.Fatalf("err = %v, want a timeout naming cluster c1 and the server pod", err)
 	}
-	client := kubernetes.NewForConfigOrDie(cfg)
-	svc, err := client.CoreV1().Services(DefaultNamespace).Get(ctx, serverName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	var seen *corev1.Service
+	select {
+	case seen = <-seenc:
+	default:
 	}
-	if len(svc.Spec.ClusterIPs) != 1 || !strings.HasPrefix(svc.Spec.ClusterIPs[0], "10.0.0.") {
-		t.Errorf("service addresses %v, want one from the single-stack range", svc.Spec.ClusterIPs)
+	if seen == nil || len(seen.Spec.ClusterIPs) != 1 || !strings.HasPrefix(seen.Spec.ClusterIPs[0], "10.0.0.") {
+		t.Errorf("service %v, want one address from the single-stack range", seen)
 	}
-	ns, err := client.CoreV1().Namespaces().Get(ctx, DefaultNamespace, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// No namespace controller here to finish it, but the delete was issued.
-	if ns.DeletionTimestamp == nil {
-		t.Error("the check's namespace was not deleted after the check")
+	if _, err := client.CoreV1().Namespaces().Get(ctx, DefaultNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the check's namespace is still there after the check: %v", err)
 	}
 }

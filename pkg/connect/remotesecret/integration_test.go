@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,68 +56,19 @@ func kubeconfigFor(t *testing.T, name string, cfg *rest.Config) []byte {
 	return out
 }
 
-// tokenController stands in for kube-controller-manager's token controller,
-// which testenv does not run: it fills every empty service-account token
-// Secret of istio-system with what the controller puts there (token,
-// ca.crt, namespace, and the account's UID annotation). The token is a real
-// one, issued by the API server's TokenRequest API and bound to the Secret,
-// so the API server authenticates it as the reader account and RBAC applies
-// to it exactly as to a controller-made token.
-func tokenController(ctx context.Context, t *testing.T, client kubernetes.Interface, ca []byte) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-		list, err := client.CoreV1().Secrets(Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			continue
-		}
-		for _, s := range list.Items {
-			if s.Type != corev1.SecretTypeServiceAccountToken || len(s.Data[corev1.ServiceAccountTokenKey]) > 0 {
-				continue
-			}
-			saName := s.Annotations[corev1.ServiceAccountNameKey]
-			sa, err := client.CoreV1().ServiceAccounts(Namespace).Get(ctx, saName, metav1.GetOptions{})
-			if err != nil {
-				continue
-			}
-			exp := int64(24 * 3600)
-			tr, err := client.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, saName, &authenticationv1.TokenRequest{
-				Spec: authenticationv1.TokenRequestSpec{
-					ExpirationSeconds: &exp,
-					BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: s.Name, UID: s.UID},
-				},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				t.Logf("token controller stand-in: %v", err)
-				continue
-			}
-			s.Data = map[string][]byte{
-				corev1.ServiceAccountTokenKey:     []byte(tr.Status.Token),
-				corev1.ServiceAccountRootCAKey:    ca,
-				corev1.ServiceAccountNamespaceKey: []byte(Namespace),
-			}
-			s.Annotations[corev1.ServiceAccountUIDKey] = string(sa.UID)
-			if _, err := client.CoreV1().Secrets(Namespace).Update(ctx, &s, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
-				t.Logf("token controller stand-in: %v", err)
-			}
-		}
-	}
-}
-
-// TestIntegrationEnsure creates remote secrets between two real API servers
-// and proves them: each secret's kubeconfig reaches the other server as the
-// reader, which may read what istiod reads and nothing more. Re-runs change
-// nothing and add no token; a damaged secret is repaired in place; a
-// recreated reader account gets a fresh token; a cluster whose token never
-// comes fails with its name.
+// TestIntegrationEnsure creates remote secrets between two real API servers,
+// each with kube-controller-manager's token controller (testenv starts it
+// with that controller only), and proves them: each secret's kubeconfig
+// reaches the other server as the reader, which may read what istiod reads
+// and nothing more. Re-runs change nothing and add no token; a damaged
+// secret is repaired in place; a recreated reader account gets a fresh
+// token.
 func TestIntegrationEnsure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	cfgs := map[string]*rest.Config{"cluster1": testenv.New(t), "cluster2": testenv.New(t)}
+	const tokens = "serviceaccount-token-controller"
+	cfgs := map[string]*rest.Config{"cluster1": testenv.NewWithControllers(t, tokens), "cluster2": testenv.NewWithControllers(t, tokens)}
 	clients := map[string]kubernetes.Interface{}
 	src := &envSource{kubeconfigs: map[string][]byte{}}
 	for _, name := range []string{"cluster1", "cluster2"} {
@@ -140,22 +89,6 @@ func TestIntegrationEnsure(t *testing.T) {
 		t.Fatalf("cluster1 was changed although cluster2 could not be resolved (namespace: %v)", err)
 	}
 	src.broken = ""
-
-	ctrlCtx, stopControllers := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for name, c := range clients {
-		wg.Add(1)
-		go func() { defer wg.Done(); tokenController(ctrlCtx, t, c, cfgs[name].CAData) }()
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopControllers()
-			wg.Wait()
-			stopped = true
-		}
-	}
-	defer stop()
 
 	m := New(src, WithTimeout(30*time.Second))
 	res, err := m.Ensure(ctx, "it")
@@ -236,13 +169,24 @@ func TestIntegrationEnsure(t *testing.T) {
 		t.Errorf("cluster1 has %d token secrets, want 1", n)
 	}
 
-	// Without a token controller, the wait ends with the cluster named.
-	stop()
-	if err := clients["cluster1"].CoreV1().Secrets(Namespace).Delete(ctx, TokenSecret, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+}
+
+// TestIntegrationNoTokenController: on an API server without
+// kube-controller-manager the token never comes, and the wait ends with the
+// cluster named and the likely cause.
+func TestIntegrationNoTokenController(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
 	}
-	_, err = New(src, WithTimeout(time.Second)).Ensure(ctx, "it")
-	if err == nil || !strings.Contains(err.Error(), `cluster "cluster1"`) || !strings.Contains(err.Error(), "kube-controller-manager") {
+	cfg := testenv.New(t)
+	src := &envSource{
+		clusters:    []cluster.ClusterPlan{{Name: "lonely", KindName: "it-lonely", PrimaryClusterName: "lonely", ConfigClusterName: "lonely"}},
+		kubeconfigs: map[string][]byte{"lonely": kubeconfigFor(t, "lonely", cfg)},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := New(src, WithTimeout(time.Second)).Secret(ctx, "it", "lonely")
+	if err == nil || !strings.Contains(err.Error(), `cluster "lonely"`) || !strings.Contains(err.Error(), "kube-controller-manager") {
 		t.Errorf("no token controller: %v", err)
 	}
 }
