@@ -59,7 +59,7 @@ func TestIntegrationServerObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	seenc := make(chan *corev1.Service, 1)
-	c := New(oneCluster{data}, WithTimeout(5*time.Second))
+	c := New(oneCluster{data}, WithTimeout(20*time.Second))
 	c.poll = 100 * time.Millisecond
 	checking, stopWatching := context.WithCancel(ctx)
 	defer stopWatching()
