@@ -19,7 +19,11 @@ func newConnectCommand(g *globals) *cobra.Command {
 IPv6) and service CIDRs of the other clusters on its network: one batched
 'ip route replace' per node, so it is idempotent and cheap to rerun — after
 adding a cluster, say. Clusters on different networks get no routes. ` + "`up`" + `
-connects the clusters it creates.`,
+connects the clusters it creates.
+
+Then every primary gets, for each other cluster, an Istio remote secret
+(istio-system/istio-remote-secret-<cluster>) whose kubeconfig reaches that
+cluster's API server on the kind network as its reader service account.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			format, err := g.outputFormat()
@@ -30,9 +34,16 @@ connects the clusters it creates.`,
 			if err != nil {
 				return err
 			}
-			return print(g.streams.Out, format, res, func(w io.Writer) error { return printConnect(w, res) })
+			out := connectOutput{Result: res}
+			if g.settings.GetBool("remote-secrets") {
+				if out.RemoteSecrets, err = g.remoteSecrets(cmd.Context()); err != nil {
+					return fmt.Errorf("routes are in place, but installing remote secrets failed (rerun `meshctl connect`): %w", err)
+				}
+			}
+			return print(g.streams.Out, format, out, func(w io.Writer) error { return printConnectOutput(w, out) })
 		},
 	}
+	cmd.Flags().Bool("remote-secrets", true, "install Istio remote secrets, so that each control plane reads the other clusters (as meshctl remote-secret prints them)")
 	addOutputFlag(cmd)
 	return cmd
 }
@@ -53,4 +64,21 @@ func printConnect(w io.Writer, r *connect.Result) error {
 		t.row(n.Cluster, n.Node, fmt.Sprint(len(n.Routes)))
 	}
 	return t.flush()
+}
+
+// connectOutput is what connect reports: the routes, and the remote secrets.
+type connectOutput struct {
+	*connect.Result
+	withRemoteSecrets
+}
+
+func printConnectOutput(w io.Writer, out connectOutput) error {
+	if err := printConnect(w, out.Result); err != nil {
+		return err
+	}
+	if out.RemoteSecrets == nil {
+		return nil
+	}
+	fmt.Fprintln(w)
+	return printRemoteSecrets(w, out.RemoteSecrets)
 }

@@ -56,7 +56,13 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 					return fmt.Errorf("clusters are up, but installing the shared root CA failed (rerun `meshctl up`): %w", err)
 				}
 			}
-			return print(g.streams.Out, format, res, func(w io.Writer) error { return printUp(w, res) })
+			out := upOutput{UpResult: res}
+			if g.settings.GetBool("remote-secrets") {
+				if out.RemoteSecrets, err = g.remoteSecrets(cmd.Context()); err != nil {
+					return fmt.Errorf("clusters are up, but installing remote secrets failed (rerun `meshctl connect`): %w", err)
+				}
+			}
+			return print(g.streams.Out, format, out, func(w io.Writer) error { return printUpOutput(w, out) })
 		},
 	}
 	f := cmd.Flags()
@@ -70,6 +76,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 	f.Duration("wait", cluster.DefaultWait, "how long to wait for each control plane to be Ready")
 	f.Bool("connect", true, "route pods and services between clusters on the same network (as meshctl connect does)")
 	f.Bool("cacerts", true, "give each cluster its intermediate of the environment's shared root CA (istio-system/cacerts; files as meshctl ca makes them)")
+	f.Bool("remote-secrets", true, "install Istio remote secrets, so that each control plane reads the other clusters (as meshctl connect does)")
 	f.Bool("registry", true, "run a local registry (localhost:<registry-port>) that every node pulls from")
 	f.String("registry-name", cluster.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")
 	f.String("registry-image", cluster.DefaultRegistryImage, "image of the local registry container")
@@ -181,4 +188,21 @@ func printUp(w io.Writer, r *cluster.UpResult) error {
 		tw.row(c.Name, kindNameOrExisting(c.KindName), c.Network, c.Action, c.Kubeconfig)
 	}
 	return tw.flush()
+}
+
+// upOutput is what up reports: the clusters, and the remote secrets.
+type upOutput struct {
+	*cluster.UpResult
+	withRemoteSecrets
+}
+
+func printUpOutput(w io.Writer, out upOutput) error {
+	if err := printUp(w, out.UpResult); err != nil {
+		return err
+	}
+	if out.RemoteSecrets == nil || len(out.RemoteSecrets.Secrets) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	return printRemoteSecrets(w, out.RemoteSecrets)
 }

@@ -1,0 +1,285 @@
+package check
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/kind/pkg/log"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+)
+
+// Source gives an environment's clusters and their kubeconfigs;
+// cluster.Provider is one.
+type Source interface {
+	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
+	Kubeconfig(ctx context.Context, env, name string, internal bool) ([]byte, error)
+}
+
+// Defaults.
+const (
+	// DefaultImage is the test image `make e2e-env` preloads into kind
+	// nodes; any image with busybox's sh and nc works.
+	DefaultImage     = "meshctl/busybox:latest"
+	DefaultNamespace = "meshctl-check"
+	// DefaultTimeout bounds each wait: pods start slowly on a busy machine.
+	DefaultTimeout = 3 * time.Minute
+	// Port the server pods listen on.
+	Port = 8080
+)
+
+// Paths a probe takes.
+const (
+	PathPod     = "pod"
+	PathService = "service"
+	PathGateway = "gateway"
+)
+
+// Probe outcomes.
+const (
+	StatusOK         = "ok"
+	StatusFailed     = "failed"
+	StatusViaGateway = "via gateway"
+)
+
+// Checker runs connectivity checks.
+type Checker struct {
+	source    Source
+	logger    log.Logger
+	image     string
+	namespace string
+	timeout   time.Duration
+	poll      time.Duration
+	// attempts per probe, a second apart: routes and Services can take a
+	// moment to be programmed after a cluster or the Service is created.
+	attempts int
+}
+
+// Option configures a Checker.
+type Option func(*Checker)
+
+// WithLogger sets the logger.
+func WithLogger(l log.Logger) Option { return func(c *Checker) { c.logger = l } }
+
+// WithImage sets the image of the server and client pods.
+func WithImage(image string) Option { return func(c *Checker) { c.image = image } }
+
+// WithNamespace sets the namespace the check runs in (and deletes).
+func WithNamespace(ns string) Option { return func(c *Checker) { c.namespace = ns } }
+
+// WithTimeout bounds each wait: for a stale namespace to go, for pods to
+// run, for the probes to finish.
+func WithTimeout(d time.Duration) Option { return func(c *Checker) { c.timeout = d } }
+
+// New returns a Checker that reads the environment from source.
+func New(source Source, opts ...Option) *Checker {
+	c := &Checker{source: source, logger: log.NoopLogger{}, image: DefaultImage, namespace: DefaultNamespace, timeout: DefaultTimeout, poll: time.Second, attempts: 10}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Result is what a check found.
+type Result struct {
+	Env string `json:"env"`
+	// OK is true when no probe failed.
+	OK     bool    `json:"ok"`
+	Probes []Probe `json:"probes"`
+}
+
+// Probe is one path from a pod in one cluster to a server in another.
+type Probe struct {
+	From    string `json:"from"`
+	To      string `json:"to"`
+	Path    string `json:"path"`              // pod, service or gateway
+	Address string `json:"address,omitempty"` // the IP connected to
+	Status  string `json:"status"`            // ok, failed or via gateway
+	Error   string `json:"error,omitempty"`
+}
+
+// Failed returns the probes that failed.
+func (r *Result) Failed() []Probe {
+	var out []Probe
+	for _, p := range r.Probes {
+		if p.Status == StatusFailed {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// run is one cluster during a check.
+type run struct {
+	plan   cluster.ClusterPlan
+	client kubernetes.Interface
+	podIPs []string
+	svcIPs []string
+}
+
+// Check runs the check on env. Failed probes are in the Result, not the
+// error: the error says the check itself could not run (a cluster
+// unreachable, a pod that never started). The namespace is deleted in every
+// cluster before returning, whatever happened.
+func (c *Checker) Check(ctx context.Context, env string) (*Result, error) {
+	runs, err := c.resolve(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	defer c.cleanup(runs)
+
+	if err := each(runs, func(r *run) error {
+		if err := c.deleteNamespace(ctx, r.client); err != nil {
+			return fmt.Errorf("cluster %q: removing a stale check: %w", r.plan.Name, err)
+		}
+		if err := c.startServer(ctx, r); err != nil {
+			return fmt.Errorf("cluster %q: %w", r.plan.Name, err)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+
+	res := &Result{Env: env, OK: true, Probes: []Probe{}}
+	var mu sync.Mutex
+	err = each(runs, func(r *run) error {
+		probes := c.plan(r, runs)
+		if err := c.runClient(ctx, r, probes); err != nil {
+			return fmt.Errorf("cluster %q: %w", r.plan.Name, err)
+		}
+		mu.Lock()
+		res.Probes = append(res.Probes, probes...)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(res.Probes, func(i, j int) bool {
+		a, b := res.Probes[i], res.Probes[j]
+		if a.From != b.From {
+			return a.From < b.From
+		}
+		return a.To < b.To
+	})
+	for _, p := range res.Probes {
+		if p.Status == StatusFailed {
+			res.OK = false
+		}
+	}
+	return res, nil
+}
+
+// plan lists the probes from r's client pod: every address of every server
+// on its network, and a gateway entry for each cluster on another network.
+func (c *Checker) plan(r *run, runs []*run) []Probe {
+	var out []Probe
+	for _, to := range runs {
+		if to.plan.Network != r.plan.Network {
+			out = append(out, Probe{From: r.plan.Name, To: to.plan.Name, Path: PathGateway, Status: StatusViaGateway})
+			continue
+		}
+		for _, ip := range to.podIPs {
+			out = append(out, Probe{From: r.plan.Name, To: to.plan.Name, Path: PathPod, Address: ip})
+		}
+		for _, ip := range to.svcIPs {
+			out = append(out, Probe{From: r.plan.Name, To: to.plan.Name, Path: PathService, Address: ip})
+		}
+	}
+	return out
+}
+
+// resolve reads every cluster's client before anything is created.
+func (c *Checker) resolve(ctx context.Context, env string) ([]*run, error) {
+	cs, err := c.source.Environment(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	if len(cs) == 0 {
+		return nil, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
+	}
+	runs := make([]*run, len(cs))
+	for i, p := range cs {
+		runs[i] = &run{plan: p}
+	}
+	err = each(runs, func(r *run) error {
+		kc, err := c.source.Kubeconfig(ctx, env, r.plan.Name, false)
+		if err != nil {
+			return fmt.Errorf("cluster %q: kubeconfig: %w", r.plan.Name, err)
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+		if err != nil {
+			return fmt.Errorf("cluster %q: kubeconfig: %w", r.plan.Name, err)
+		}
+		if r.client, err = kubernetes.NewForConfig(cfg); err != nil {
+			return fmt.Errorf("cluster %q: client: %w", r.plan.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return runs, nil
+}
+
+// cleanup deletes the namespace everywhere, even when ctx has ended (an
+// interrupted check must not leave pods behind), and waits for it to go.
+func (c *Checker) cleanup(runs []*run) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	_ = each(runs, func(r *run) error {
+		if r.client == nil {
+			return nil
+		}
+		if err := c.deleteNamespace(ctx, r.client); err != nil {
+			c.logger.Warnf("cluster %q: deleting namespace %s: %v", r.plan.Name, c.namespace, err)
+		}
+		return nil
+	})
+}
+
+// each runs f for every run concurrently and joins the errors.
+func each(runs []*run, f func(*run) error) error {
+	errs := make([]error, len(runs))
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(r)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// oneLine flattens command output for a report.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// podProblem says why a pod is not running, from its status.
+func podProblem(p *corev1.Pod) string {
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			return strings.TrimSpace(w.Reason + ": " + w.Message)
+		}
+		if t := cs.State.Terminated; t != nil {
+			return fmt.Sprintf("exited %d (%s)", t.ExitCode, t.Reason)
+		}
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Status != corev1.ConditionTrue && cond.Message != "" {
+			return cond.Reason + ": " + cond.Message
+		}
+	}
+	return "phase " + string(p.Status.Phase)
+}

@@ -1,0 +1,11 @@
+// Package check proves an environment's connectivity with real traffic. In
+// every cluster it runs a server pod (busybox nc, answering with its
+// cluster's name) behind a ClusterIP Service, then a client pod that
+// connects to the server of every cluster on its network — its own
+// included, so a broken cluster is told apart from a missing route — by each
+// pod IP and each service IP. Clusters on other networks are reached
+// through east-west gateways, which this check reports but does not test.
+//
+// Everything lives in one namespace per cluster, deleted afterwards, and a
+// stale one left by an interrupted run is deleted first.
+package check

@@ -1,0 +1,98 @@
+package check
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/testenv"
+)
+
+type oneCluster struct{ kubeconfig []byte }
+
+func (s oneCluster) Environment(context.Context, string) ([]cluster.ClusterPlan, error) {
+	return []cluster.ClusterPlan{{Name: "c1", KindName: "it-c1", Network: "network-1"}}, nil
+}
+
+func (s oneCluster) Kubeconfig(context.Context, string, string, bool) ([]byte, error) {
+	return s.kubeconfig, nil
+}
+
+// TestIntegrationServerObjects creates the check's objects on a real API
+// server, which validates them (the dual-stack Service policy, the pod
+// specs), with kube-controller-manager's namespace controller so that
+// namespaces really go. A stale check namespace is removed first. testenv
+// runs no scheduler or kubelet, so the server pod never runs: the check must
+// end with an error naming the cluster and saying what it waited for, not
+// hang, and still delete its namespace.
+func TestIntegrationServerObjects(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	cfg := testenv.NewWithControllers(t, "namespace-controller")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c1"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["c1"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["c1"] = &clientcmdapi.Context{Cluster: "c1", AuthInfo: "c1"}
+	kc.CurrentContext = "c1"
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := kubernetes.NewForConfigOrDie(cfg)
+	// What an interrupted run leaves behind.
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DefaultNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().ConfigMaps(DefaultNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stale"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	seenc := make(chan *corev1.Service, 1)
+	c := New(oneCluster{data}, WithTimeout(20*time.Second))
+	c.poll = 100 * time.Millisecond
+	checking, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Read the Service while the check waits for its pod.
+		for checking.Err() == nil {
+			if s, err := client.CoreV1().Services(DefaultNamespace).Get(ctx, serverName, metav1.GetOptions{}); err == nil {
+				seenc <- s
+				if _, err := client.CoreV1().ConfigMaps(DefaultNamespace).Get(ctx, "stale", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					t.Errorf("the stale namespace was not removed first (configmap: %v)", err)
+				}
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	_, err = c.Check(ctx, "it")
+	stopWatching()
+	<-done
+	if err == nil || !strings.Contains(err.Error(), `cluster "c1"`) || !strings.Contains(err.Error(), "waiting for server pod meshctl-check/server to run") {
+		t.Fatalf("err = %v, want a timeout naming cluster c1 and the server pod", err)
+	}
+	var seen *corev1.Service
+	select {
+	case seen = <-seenc:
+	default:
+	}
+	if seen == nil || len(seen.Spec.ClusterIPs) != 1 || !strings.HasPrefix(seen.Spec.ClusterIPs[0], "10.0.0.") {
+		t.Errorf("service %v, want one address from the single-stack range", seen)
+	}
+	if _, err := client.CoreV1().Namespaces().Get(ctx, DefaultNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the check's namespace is still there after the check: %v", err)
+	}
+}

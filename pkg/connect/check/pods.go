@@ -1,0 +1,228 @@
+package check
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+)
+
+const (
+	serverName = "server"
+	clientName = "client"
+	// answer prefixes what a server sends; the cluster's name follows, so
+	// a probe knows it reached the cluster it meant to.
+	answer = "meshctl-check-server"
+)
+
+var (
+	serverLabels = map[string]string{"app.kubernetes.io/name": "meshctl-check-server"}
+	// zero makes pod deletion immediate: sh and nc ignore SIGTERM.
+	zero = int64(0)
+)
+
+// deleteNamespace deletes the check's namespace and waits until it is gone.
+func (c *Checker) deleteNamespace(ctx context.Context, client kubernetes.Interface) error {
+	nss := client.CoreV1().Namespaces()
+	err := nss.Delete(ctx, c.namespace, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting namespace %s: %w", c.namespace, err)
+	}
+	return c.wait(ctx, "namespace "+c.namespace+" to be deleted", func() (bool, string, error) {
+		_, err := nss.Get(ctx, c.namespace, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		return false, "still terminating", err
+	})
+}
+
+// startServer creates the namespace, the server pod and its Service, and
+// waits until the pod runs and both have their addresses.
+func (c *Checker) startServer(ctx context.Context, r *run) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "meshctl"}}}
+	if _, err := r.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", c.namespace, err)
+	}
+	// busybox nc: -ll keeps listening, -e answers each connection with
+	// the cluster's name and closes it.
+	server := c.pod(serverName, serverLabels, corev1.RestartPolicyAlways,
+		"nc", "-ll", "-p", strconv.Itoa(Port), "-e", "/bin/echo", answer, r.plan.Name)
+	if _, err := r.client.CoreV1().Pods(c.namespace).Create(ctx, server, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating server pod: %w", err)
+	}
+	// PreferDualStack: a dual-stack cluster's Service gets a v4 and a v6
+	// address, and both are probed; a single-stack one gets its one.
+	policy := corev1.IPFamilyPolicyPreferDualStack
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: serverName, Namespace: c.namespace},
+		Spec: corev1.ServiceSpec{
+			Selector:       serverLabels,
+			IPFamilyPolicy: &policy,
+			Ports:          []corev1.ServicePort{{Name: "tcp", Port: Port, TargetPort: intstr.FromInt32(Port)}},
+		},
+	}
+	created, err := r.client.CoreV1().Services(c.namespace).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating server service: %w", err)
+	}
+	r.svcIPs = created.Spec.ClusterIPs
+	if len(r.svcIPs) == 0 {
+		return fmt.Errorf("server service got no cluster IP")
+	}
+	return c.wait(ctx, "server pod "+c.namespace+"/"+serverName+" to run", func() (bool, string, error) {
+		p, err := r.client.CoreV1().Pods(c.namespace).Get(ctx, serverName, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		if p.Status.Phase != corev1.PodRunning || len(p.Status.PodIPs) == 0 {
+			return false, podProblem(p), nil
+		}
+		r.podIPs = nil
+		for _, ip := range p.Status.PodIPs {
+			r.podIPs = append(r.podIPs, ip.IP)
+		}
+		return true, "", nil
+	})
+}
+
+// runClient runs the client pod with one probe per tested entry of probes,
+// all at once, and fills in their outcomes from its output.
+func (c *Checker) runClient(ctx context.Context, r *run, probes []Probe) error {
+	p := c.pod(clientName, nil, corev1.RestartPolicyNever, "sh", "-c", script(probes, c.attempts))
+	pods := r.client.CoreV1().Pods(c.namespace)
+	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating client pod: %w", err)
+	}
+	err := c.wait(ctx, "client pod "+c.namespace+"/"+clientName+" to finish", func() (bool, string, error) {
+		p, err := pods.Get(ctx, clientName, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		switch p.Status.Phase {
+		case corev1.PodSucceeded:
+			return true, "", nil
+		case corev1.PodFailed:
+			return false, "", fmt.Errorf("client pod failed: %s", podProblem(p))
+		}
+		return false, podProblem(p), nil
+	})
+	if err != nil {
+		return err
+	}
+	logs, err := pods.GetLogs(clientName, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("reading client pod logs: %w", err)
+	}
+	parse(string(logs), probes, c.attempts)
+	return nil
+}
+
+// pod is a check pod: the test image as it is on the nodes, deleted at once.
+func (c *Checker) pod(name string, labels map[string]string, restart corev1.RestartPolicy, argv ...string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.namespace, Labels: labels},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 restart,
+			TerminationGracePeriodSeconds: &zero,
+			AutomountServiceAccountToken:  new(bool),
+			Containers: []corev1.Container{{
+				Name: name, Image: c.image, ImagePullPolicy: corev1.PullIfNotPresent, Command: argv,
+			}},
+		},
+	}
+}
+
+// connectTimeout is nc's connect timeout per attempt, in seconds.
+const connectTimeout = 3
+
+// script is the client's shell script: every probe in the background, each
+// retried, each printing one "RESULT <index> ok" or "RESULT <index> fail
+// <what nc said>" line. Gateway probes are left out.
+func script(probes []Probe, attempts int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `probe() {
+  i=0; out=""
+  while [ $i -lt %d ]; do
+    out=$(nc -w %d "$2" %d </dev/null 2>&1)
+    case "$out" in *"%s $3"*) echo "RESULT $1 ok"; return;; esac
+    i=$((i+1)); sleep 1
+  done
+  echo "RESULT $1 fail $(echo "${out:-no answer}" | tr '\n' ' ')"
+}
+`, attempts, connectTimeout, Port, answer)
+	for i, p := range probes {
+		if p.Path == PathGateway {
+			continue
+		}
+		fmt.Fprintf(&b, "probe %d %s %s &\n", i, p.Address, p.To)
+	}
+	b.WriteString("wait\n")
+	return b.String()
+}
+
+// parse fills in probe outcomes from the client's output; a tested probe
+// that printed nothing failed.
+func parse(out string, probes []Probe, attempts int) {
+	seen := map[int]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.SplitN(strings.TrimSpace(line), " ", 4)
+		if len(f) < 3 || f[0] != "RESULT" {
+			continue
+		}
+		i, err := strconv.Atoi(f[1])
+		if err != nil || i < 0 || i >= len(probes) || probes[i].Path == PathGateway {
+			continue
+		}
+		seen[i] = true
+		if f[2] == "ok" {
+			probes[i].Status = StatusOK
+			continue
+		}
+		probes[i].Status = StatusFailed
+		msg := "no answer"
+		if len(f) == 4 && strings.TrimSpace(f[3]) != "" {
+			msg = oneLine(f[3])
+		}
+		probes[i].Error = fmt.Sprintf("%s:%d: %s (after %d attempts)", probes[i].Address, Port, msg, attempts)
+	}
+	for i := range probes {
+		if probes[i].Path != PathGateway && !seen[i] {
+			probes[i].Status = StatusFailed
+			probes[i].Error = "the client pod reported nothing for this probe"
+		}
+	}
+}
+
+// wait polls cond until it is done, fails, or the timeout passes; the
+// timeout error carries cond's last word on why it is not done.
+func (c *Checker) wait(ctx context.Context, what string, cond func() (bool, string, error)) error {
+	deadline := time.Now().Add(c.timeout)
+	for {
+		done, why, err := cond()
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s: %s", c.timeout, what, why)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, context.Cause(ctx))
+		case <-time.After(c.poll):
+		}
+	}
+}

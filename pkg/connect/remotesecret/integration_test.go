@@ -1,0 +1,248 @@
+package remotesecret
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/testenv"
+)
+
+// envSource serves two testenv API servers as an environment. The internal
+// kubeconfig is the host one: both servers listen on loopback.
+type envSource struct {
+	clusters    []cluster.ClusterPlan
+	kubeconfigs map[string][]byte
+	broken      string // a cluster whose kubeconfig cannot be read
+}
+
+func (s *envSource) Environment(context.Context, string) ([]cluster.ClusterPlan, error) {
+	return s.clusters, nil
+}
+
+func (s *envSource) Kubeconfig(_ context.Context, _, name string, _ bool) ([]byte, error) {
+	if name == s.broken {
+		return nil, fmt.Errorf("node container is gone")
+	}
+	kc, ok := s.kubeconfigs[name]
+	if !ok {
+		return nil, fmt.Errorf("no cluster %q", name)
+	}
+	return kc, nil
+}
+
+func kubeconfigFor(t *testing.T, name string, cfg *rest.Config) []byte {
+	t.Helper()
+	c := clientcmdapi.NewConfig()
+	c.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	c.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	c.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	c.CurrentContext = name
+	out, err := clientcmd.Write(*c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestIntegrationEnsure creates remote secrets between two real API servers,
+// each with kube-controller-manager's token controller (testenv starts it
+// with that controller only), and proves them: each secret's kubeconfig
+// reaches the other server as the reader, which may read what istiod reads
+// and nothing more. Re-runs change nothing and add no token; a damaged
+// secret is repaired in place; a recreated reader account gets a fresh
+// token.
+func TestIntegrationEnsure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	const tokens = "serviceaccount-token-controller"
+	cfgs := map[string]*rest.Config{"cluster1": testenv.NewWithControllers(t, tokens), "cluster2": testenv.NewWithControllers(t, tokens)}
+	clients := map[string]kubernetes.Interface{}
+	src := &envSource{kubeconfigs: map[string][]byte{}}
+	for _, name := range []string{"cluster1", "cluster2"} {
+		clients[name] = kubernetes.NewForConfigOrDie(cfgs[name])
+		src.kubeconfigs[name] = kubeconfigFor(t, name, cfgs[name])
+		src.clusters = append(src.clusters, cluster.ClusterPlan{Name: name, KindName: "it-" + name, Network: "network-1", PrimaryClusterName: name, ConfigClusterName: name})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	// A cluster that cannot be resolved fails the run before anything is written.
+	src.broken = "cluster2"
+	_, err := New(src).Ensure(ctx, "it")
+	if err == nil || !strings.Contains(err.Error(), `cluster "cluster2"`) {
+		t.Fatalf("broken cluster2: err %v, want one naming it", err)
+	}
+	if _, err := clients["cluster1"].CoreV1().Namespaces().Get(ctx, Namespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("cluster1 was changed although cluster2 could not be resolved (namespace: %v)", err)
+	}
+	src.broken = ""
+
+	m := New(src, WithTimeout(30*time.Second))
+	res, err := m.Ensure(ctx, "it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := actions(res); got != "readers cluster1:created cluster2:created; secrets cluster2→cluster1:created cluster1→cluster2:created" {
+		t.Errorf("first run: %s", got)
+	}
+	for _, p := range [][2]string{{"cluster1", "cluster2"}, {"cluster2", "cluster1"}} {
+		source, target := p[0], p[1]
+		checkRemoteSecret(ctx, t, clients[target], source, cfgs[source].Host)
+	}
+
+	// A re-run changes nothing and makes no second token.
+	res, err = m.Ensure(ctx, "it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := actions(res); got != "readers cluster1:reused cluster2:reused; secrets cluster2→cluster1:unchanged cluster1→cluster2:unchanged" {
+		t.Errorf("second run: %s", got)
+	}
+	for name, c := range clients {
+		if n := tokenSecrets(ctx, t, c); n != 1 {
+			t.Errorf("%s has %d token secrets after two runs, want 1", name, n)
+		}
+	}
+
+	// A damaged secret is repaired in place: same object, exactly one key.
+	sec, err := clients["cluster2"].CoreV1().Secrets(Namespace).Get(ctx, SecretPrefix+"cluster1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := sec.UID
+	sec.Data["stale-cluster"] = []byte("x")
+	sec.Annotations[ClusterAnnotation] = "wrong"
+	if _, err := clients["cluster2"].CoreV1().Secrets(Namespace).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = m.Ensure(ctx, "it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := actions(res); got != "readers cluster1:reused cluster2:reused; secrets cluster2→cluster1:unchanged cluster1→cluster2:updated" {
+		t.Errorf("repair run: %s", got)
+	}
+	if s := checkRemoteSecret(ctx, t, clients["cluster2"], "cluster1", cfgs["cluster1"].Host); s.UID != uid {
+		t.Error("the damaged secret was replaced, not updated in place")
+	}
+
+	// What `meshctl remote-secret` prints is what was installed.
+	printed, err := m.Secret(ctx, "it", "it-cluster1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	installed, _ := clients["cluster2"].CoreV1().Secrets(Namespace).Get(ctx, SecretPrefix+"cluster1", metav1.GetOptions{})
+	if !same(installed, printed) {
+		t.Error("Secret differs from the installed remote secret")
+	}
+	if _, err := m.Secret(ctx, "it", "cluster9"); err == nil || !strings.Contains(err.Error(), `no cluster "cluster9" in environment "it" (it has cluster1, cluster2)`) {
+		t.Errorf("unknown cluster: %v", err)
+	}
+
+	// A reader account deleted and recreated (Istio's charts reinstalled,
+	// say) gets a fresh token: the old one no longer authenticates.
+	if err := clients["cluster1"].CoreV1().ServiceAccounts(Namespace).Delete(ctx, ServiceAccount, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = m.Ensure(ctx, "it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := actions(res); got != "readers cluster1:created cluster2:reused; secrets cluster2→cluster1:unchanged cluster1→cluster2:updated" {
+		t.Errorf("after recreating cluster1's reader: %s", got)
+	}
+	checkRemoteSecret(ctx, t, clients["cluster2"], "cluster1", cfgs["cluster1"].Host)
+	if n := tokenSecrets(ctx, t, clients["cluster1"]); n != 1 {
+		t.Errorf("cluster1 has %d token secrets, want 1", n)
+	}
+
+}
+
+// TestIntegrationNoTokenController: on an API server without
+// kube-controller-manager the token never comes, and the wait ends with the
+// cluster named and the likely cause.
+func TestIntegrationNoTokenController(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	cfg := testenv.New(t)
+	src := &envSource{
+		clusters:    []cluster.ClusterPlan{{Name: "lonely", KindName: "it-lonely", PrimaryClusterName: "lonely", ConfigClusterName: "lonely"}},
+		kubeconfigs: map[string][]byte{"lonely": kubeconfigFor(t, "lonely", cfg)},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := New(src, WithTimeout(time.Second)).Secret(ctx, "it", "lonely")
+	if err == nil || !strings.Contains(err.Error(), `cluster "lonely"`) || !strings.Contains(err.Error(), "kube-controller-manager") {
+		t.Errorf("no token controller: %v", err)
+	}
+}
+
+func actions(r *Result) string {
+	var rs, ss []string
+	for _, x := range r.Readers {
+		rs = append(rs, x.Cluster+":"+x.Action)
+	}
+	for _, x := range r.Secrets {
+		ss = append(ss, x.Cluster+"→"+x.Target+":"+x.Action)
+	}
+	return "readers " + strings.Join(rs, " ") + "; secrets " + strings.Join(ss, " ")
+}
+
+func tokenSecrets(ctx context.Context, t *testing.T, c kubernetes.Interface) int {
+	t.Helper()
+	list, err := c.CoreV1().Secrets(Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(corev1.SecretTypeServiceAccountToken)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Items)
+}
+
+// checkRemoteSecret reads source's remote secret from target and uses its
+// kubeconfig against source's API server: the reader may list pods, secrets
+// and nodes cluster-wide and create token reviews, and may not write.
+func checkRemoteSecret(ctx context.Context, t *testing.T, target kubernetes.Interface, source, server string) *corev1.Secret {
+	t.Helper()
+	s, err := target.CoreV1().Secrets(Namespace).Get(ctx, SecretPrefix+source, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("remote secret of %s: %v", source, err)
+	}
+	if s.Labels[MultiClusterLabel] != "true" || s.Annotations[ClusterAnnotation] != source || len(s.Data) != 1 {
+		t.Fatalf("remote secret of %s: labels %v, annotations %v, %d keys", source, s.Labels, s.Annotations, len(s.Data))
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[source])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host != server {
+		t.Errorf("remote secret of %s points at %s, want %s", source, cfg.Host, server)
+	}
+	reader := kubernetes.NewForConfigOrDie(cfg)
+	if _, err := reader.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("reader of %s cannot list pods: %v", source, err)
+	}
+	if _, err := reader.CoreV1().Secrets("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("reader of %s cannot list secrets: %v", source, err)
+	}
+	if _, err := reader.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("reader of %s cannot list nodes: %v", source, err)
+	}
+	_, err = reader.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("reader of %s may create a configmap (err %v): it must only read", source, err)
+	}
+	return s
+}

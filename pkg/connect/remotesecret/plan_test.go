@@ -1,0 +1,107 @@
+package remotesecret
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+)
+
+const testdata = "../../../testdata"
+
+func topologyPlan(t *testing.T, req cluster.Request) []cluster.ClusterPlan {
+	t.Helper()
+	p, err := cluster.NewPlan(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Clusters
+}
+
+func fromFile(t *testing.T, name string) []cluster.ClusterPlan {
+	t.Helper()
+	specs, err := cluster.LoadTopology(filepath.Join(testdata, "topology", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topologyPlan(t, cluster.Request{Specs: specs})
+}
+
+// show renders pairs as "source→target" for readable failures.
+func show(ps []pair) string {
+	var s []string
+	for _, p := range ps {
+		s = append(s, p.source+"→"+p.target)
+	}
+	return strings.Join(s, " ")
+}
+
+// TestPlanRoles is the table of who learns about whom, for every valid
+// topology in testdata and the role combinations they lack.
+func TestPlanRoles(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		clusters func(t *testing.T) []cluster.ClusterPlan
+		want     string
+	}{
+		{"one cluster needs none", func(t *testing.T) []cluster.ClusterPlan {
+			return topologyPlan(t, cluster.Request{Clusters: 1})
+		}, ""},
+		{"multi-primary: every primary learns every other", func(t *testing.T) []cluster.ClusterPlan {
+			return topologyPlan(t, cluster.Request{Clusters: 3, Networks: 2})
+		}, "cluster2→cluster1 cluster3→cluster1 cluster1→cluster2 cluster3→cluster2 cluster1→cluster3 cluster2→cluster3"},
+		{"valid-istio-multicluster-3.json: a remote is learnt by its primary and the other primary; it learns nothing", func(t *testing.T) []cluster.ClusterPlan {
+			return fromFile(t, "valid-istio-multicluster-3.json")
+		}, "primary→cross-network-primary remote→cross-network-primary cross-network-primary→primary remote→primary"},
+		{"valid-multi-network.json: primary-remote across networks", func(t *testing.T) []cluster.ClusterPlan {
+			return fromFile(t, "valid-multi-network.json")
+		}, "cluster2→cluster1 cluster3→cluster1 cluster1→cluster2 cluster3→cluster2"},
+		{"valid-snake-case.json: one primary, one remote", func(t *testing.T) []cluster.ClusterPlan {
+			return fromFile(t, "valid-snake-case.json")
+		}, "west→east"},
+		{"valid-external-control-plane.json: the control plane's cluster learns the config and remote clusters", func(t *testing.T) []cluster.ClusterPlan {
+			return fromFile(t, "valid-external-control-plane.json")
+		}, "config→external remote→external"},
+		{"Istio's external istiod: the config cluster is reached by istiod's own kubeconfig, the control plane's cluster is no mesh cluster", func(t *testing.T) []cluster.ClusterPlan {
+			return topologyPlan(t, cluster.Request{Specs: []cluster.Spec{
+				{Name: "external", ConfigClusterName: "config"},
+				{Name: "config", PrimaryClusterName: "external", ConfigClusterName: "config"},
+				{Name: "remote", PrimaryClusterName: "external", ConfigClusterName: "config"},
+			}})
+		}, "remote→external"},
+		{"valid-dual-stack.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-dual-stack.json") }, "c2→c1 c1→c2"},
+		{"valid-ipv6.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-ipv6.json") }, "v6b→v6a v6a→v6b"},
+		{"valid-yaml.yaml", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-yaml.yaml") }, "beta→alpha alpha→beta"},
+		{"valid-skips-vms.json: a VM is no cluster", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-skips-vms.json") }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := show(plan(tt.clusters(t))); got != tt.want {
+				t.Errorf("got  %q\nwant %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestPlanCoversTestdata keeps the table above honest: every valid
+// topology in testdata has a row.
+func TestPlanCoversTestdata(t *testing.T) {
+	t.Parallel()
+	files, _ := filepath.Glob(filepath.Join(testdata, "topology", "valid-*"))
+	if len(files) == 0 {
+		t.Fatal("no valid topologies found")
+	}
+	covered := map[string]bool{
+		"valid-istio-multicluster-3.json": true, "valid-multi-network.json": true, "valid-snake-case.json": true,
+		"valid-external-control-plane.json": true, "valid-dual-stack.json": true, "valid-ipv6.json": true,
+		"valid-yaml.yaml": true, "valid-skips-vms.json": true,
+	}
+	for _, f := range files {
+		if !covered[filepath.Base(f)] {
+			t.Errorf("%s has no row in TestPlanRoles", filepath.Base(f))
+		}
+	}
+}

@@ -1,0 +1,284 @@
+package remotesecret
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/kind/pkg/log"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+)
+
+// Source gives an environment's clusters and their kubeconfigs;
+// cluster.Provider is one.
+type Source interface {
+	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
+	// Kubeconfig is an admin kubeconfig; internal selects the one whose
+	// server is the address other clusters use (the kind network).
+	Kubeconfig(ctx context.Context, env, name string, internal bool) ([]byte, error)
+}
+
+// Manager creates the remote secrets of an environment.
+type Manager struct {
+	source  Source
+	logger  log.Logger
+	timeout time.Duration
+	poll    time.Duration
+}
+
+// Option configures a Manager.
+type Option func(*Manager)
+
+// WithLogger sets the logger. Tokens never reach it.
+func WithLogger(l log.Logger) Option { return func(m *Manager) { m.logger = l } }
+
+// WithTimeout bounds the wait for the token controller to fill a reader's
+// token Secret (default 2m: a cluster just created may still be starting
+// kube-controller-manager).
+func WithTimeout(d time.Duration) Option { return func(m *Manager) { m.timeout = d } }
+
+// New returns a Manager that reads the environment from source.
+func New(source Source, opts ...Option) *Manager {
+	m := &Manager{source: source, logger: log.NoopLogger{}, timeout: 2 * time.Minute, poll: 500 * time.Millisecond}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// Result is what Ensure did.
+type Result struct {
+	Env     string         `json:"env"`
+	Readers []ReaderResult `json:"readers"`
+	Secrets []SecretResult `json:"secrets"`
+}
+
+// ReaderResult is the reader account of one source cluster.
+type ReaderResult struct {
+	Cluster string `json:"cluster"`
+	// TokenSecret is namespace/name of the reader's token Secret.
+	TokenSecret string `json:"tokenSecret"`
+	Action      string `json:"action"` // created or reused
+}
+
+// SecretResult is one remote secret.
+type SecretResult struct {
+	// Cluster is the cluster the secret gives access to.
+	Cluster string `json:"cluster"`
+	// Target is the cluster the secret is in.
+	Target string `json:"target"`
+	// Secret is namespace/name.
+	Secret string `json:"secret"`
+	// Server is the API server address inside the secret.
+	Server string `json:"server"`
+	Action string `json:"action"` // created, updated or unchanged
+}
+
+// endpoint is one cluster resolved for use: a client, and the address other
+// clusters reach its API server at.
+type endpoint struct {
+	client kubernetes.Interface
+	server string
+}
+
+// Ensure creates or updates every remote secret env needs, concurrently. All
+// clusters are resolved before anything is written, so a bad environment
+// changes nothing.
+func (m *Manager) Ensure(ctx context.Context, env string) (*Result, error) {
+	cs, err := m.clusters(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	pairs := plan(cs)
+	res := &Result{Env: env, Readers: []ReaderResult{}, Secrets: []SecretResult{}}
+	if len(pairs) == 0 {
+		return res, nil
+	}
+	sources, targets := map[string]bool{}, map[string]bool{}
+	for _, p := range pairs {
+		sources[p.source], targets[p.target] = true, true
+	}
+	eps, err := m.resolve(ctx, env, sources, targets)
+	if err != nil {
+		return nil, err
+	}
+
+	names := sortedKeys(sources)
+	creds := make([]credentials, len(names))
+	res.Readers = make([]ReaderResult, len(names))
+	err = each(len(names), func(i int) error {
+		name := names[i]
+		c, action, err := m.ensureReader(ctx, eps[name].client)
+		if err != nil {
+			return fmt.Errorf("cluster %q: reader account: %w", name, err)
+		}
+		m.logger.V(1).Infof("cluster %q: reader token secret %s/%s %s", name, Namespace, TokenSecret, action)
+		creds[i] = c
+		res.Readers[i] = ReaderResult{Cluster: name, TokenSecret: Namespace + "/" + TokenSecret, Action: action}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	secrets := map[string]*corev1.Secret{}
+	for i, name := range names {
+		s, err := Build(name, eps[name].server, creds[i].ca, creds[i].token)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: %w", name, err)
+		}
+		secrets[name] = s
+	}
+
+	res.Secrets = make([]SecretResult, len(pairs))
+	err = each(len(pairs), func(i int) error {
+		p := pairs[i]
+		s := secrets[p.source]
+		action, err := apply(ctx, eps[p.target].client, s)
+		if err != nil {
+			return fmt.Errorf("cluster %q: remote secret of %q: %w", p.target, p.source, err)
+		}
+		m.logger.V(1).Infof("cluster %q: remote secret %s/%s %s", p.target, Namespace, s.Name, action)
+		res.Secrets[i] = SecretResult{Cluster: p.source, Target: p.target, Secret: Namespace + "/" + s.Name, Server: eps[p.source].server, Action: action}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// Secret returns the remote secret of one cluster, as `istioctl
+// create-remote-secret` prints it, creating the cluster's reader account if
+// it has none yet. It writes into no other cluster.
+func (m *Manager) Secret(ctx context.Context, env, name string) (*corev1.Secret, error) {
+	cs, err := m.clusters(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	name, err = find(cs, env, name)
+	if err != nil {
+		return nil, err
+	}
+	eps, err := m.resolve(ctx, env, map[string]bool{name: true}, nil)
+	if err != nil {
+		return nil, err
+	}
+	creds, _, err := m.ensureReader(ctx, eps[name].client)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: reader account: %w", name, err)
+	}
+	s, err := Build(name, eps[name].server, creds.ca, creds.token)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", name, err)
+	}
+	return s, nil
+}
+
+// find returns the mesh name of the cluster with the given mesh or kind name.
+func find(cs []cluster.ClusterPlan, env, name string) (string, error) {
+	known := make([]string, 0, len(cs))
+	for _, c := range cs {
+		if c.Name == name || c.KindName == name {
+			return c.Name, nil
+		}
+		known = append(known, c.Name)
+	}
+	return "", fmt.Errorf("no cluster %q in environment %q (it has %s)", name, env, strings.Join(known, ", "))
+}
+
+func (m *Manager) clusters(ctx context.Context, env string) ([]cluster.ClusterPlan, error) {
+	cs, err := m.source.Environment(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	if len(cs) == 0 {
+		return nil, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
+	}
+	return cs, nil
+}
+
+// resolve reads, concurrently, a client for every cluster involved and the
+// internal API server address of every source.
+func (m *Manager) resolve(ctx context.Context, env string, sources, targets map[string]bool) (map[string]endpoint, error) {
+	all := map[string]bool{}
+	for n := range sources {
+		all[n] = true
+	}
+	for n := range targets {
+		all[n] = true
+	}
+	names := sortedKeys(all)
+	eps := make([]endpoint, len(names))
+	err := each(len(names), func(i int) error {
+		name := names[i]
+		kc, err := m.source.Kubeconfig(ctx, env, name, false)
+		if err != nil {
+			return fmt.Errorf("cluster %q: kubeconfig: %w", name, err)
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+		if err != nil {
+			return fmt.Errorf("cluster %q: kubeconfig: %w", name, err)
+		}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("cluster %q: client: %w", name, err)
+		}
+		eps[i].client = client
+		if !sources[name] {
+			return nil
+		}
+		ikc, err := m.source.Kubeconfig(ctx, env, name, true)
+		if err != nil {
+			return fmt.Errorf("cluster %q: internal kubeconfig: %w", name, err)
+		}
+		icfg, err := clientcmd.RESTConfigFromKubeConfig(ikc)
+		if err != nil {
+			return fmt.Errorf("cluster %q: internal kubeconfig: %w", name, err)
+		}
+		if icfg.Host == "" {
+			return fmt.Errorf("cluster %q: internal kubeconfig names no server", name)
+		}
+		eps[i].server = icfg.Host
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]endpoint{}
+	for i, n := range names {
+		out[n] = eps[i]
+	}
+	return out, nil
+}
+
+// each runs f(0..n-1) concurrently and joins every error.
+func each(n int, f func(int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/connect/check"
+	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
+)
+
+var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
+	// An environment of its own, without a registry, so that it runs beside
+	// the lifecycle spec's.
+	connEnv := env + "-connect"
+	var up struct {
+		cluster.UpResult
+		RemoteSecrets *remotesecret.Result `json:"remoteSecrets"`
+	}
+	byName := map[string]cluster.ClusterResult{}
+
+	BeforeAll(func() {
+		DeferCleanup(func() {
+			if os.Getenv("MESHCTL_E2E_KEEP") != "" {
+				return
+			}
+			_, _, _ = meshctlResult("down", "--env", connEnv)
+		})
+	})
+
+	It("creates two clusters on one network and installs each one's remote secret in the other", func() {
+		meshctlJSON(&up, "up", "--env", connEnv, "--clusters", "2", "--image", suite.image, "--registry=false")
+		Expect(up.Clusters).To(HaveLen(2))
+		for _, c := range up.Clusters {
+			byName[c.Name] = c
+		}
+		Expect(up.RemoteSecrets).NotTo(BeNil())
+		Expect(up.RemoteSecrets.Readers).To(HaveLen(2))
+		var got []string
+		for _, s := range up.RemoteSecrets.Secrets {
+			got = append(got, fmt.Sprintf("%s in %s: %s", s.Secret, s.Target, s.Action))
+		}
+		Expect(got).To(ConsistOf(
+			"istio-system/istio-remote-secret-cluster1 in cluster2: created",
+			"istio-system/istio-remote-secret-cluster2 in cluster1: created",
+		))
+	})
+
+	It("gives each cluster a kubeconfig that works from the other cluster's node, read-only", func() {
+		for _, p := range [][2]string{{"cluster1", "cluster2"}, {"cluster2", "cluster1"}} {
+			source, target := p[0], p[1]
+			sec, err := clientset(byName[target].Kubeconfig).CoreV1().Secrets("istio-system").Get(context.Background(), "istio-remote-secret-"+source, metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(sec.Labels).To(HaveKeyWithValue("istio/multiCluster", "true"))
+			Expect(sec.Annotations).To(HaveKeyWithValue("networking.istio.io/cluster", source))
+			Expect(sec.Data).To(HaveLen(1))
+			kc := sec.Data[source]
+			cfg, err := clientcmd.Load(kc)
+			Expect(err).NotTo(HaveOccurred())
+			internal, err := clientcmd.LoadFromFile(byName[source].InternalKubeconfig)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(cfg.Clusters[source].Server).To(Equal(internal.Clusters[source].Server), "the source's address on the kind network")
+			Expect(cfg.AuthInfos[source].Token).NotTo(BeEmpty())
+
+			// From the target's node container, as the target's istiod would.
+			node := connEnv + "-" + target + "-control-plane"
+			path := "/tmp/remote-" + source + ".kubeconfig"
+			out, err := dockerStdin(string(kc), "exec", "-i", node, "sh", "-c", "umask 077 && cat > "+path)
+			Expect(err).NotTo(HaveOccurred(), out)
+			out, err = docker("exec", node, "kubectl", "--kubeconfig", path, "get", "pods", "-n", "kube-system", "-o", "name")
+			Expect(err).NotTo(HaveOccurred(), out)
+			Expect(out).To(ContainSubstring("pod/kube-apiserver-" + connEnv + "-" + source + "-control-plane"))
+			out, err = docker("exec", node, "kubectl", "--kubeconfig", path, "auth", "can-i", "list", "secrets", "--all-namespaces")
+			Expect(err).NotTo(HaveOccurred(), out)
+			Expect(strings.TrimSpace(out)).To(Equal("yes"))
+			out, _ = docker("exec", node, "kubectl", "--kubeconfig", path, "auth", "can-i", "create", "pods")
+			Expect(strings.TrimSpace(out)).To(HavePrefix("no"), "the reader must not write")
+		}
+	})
+
+	It("prints the installed secret with remote-secret, and names the known clusters for an unknown one", func() {
+		installed, err := clientset(byName["cluster2"].Kubeconfig).CoreV1().Secrets("istio-system").Get(context.Background(), "istio-remote-secret-cluster1", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		for _, format := range []string{"yaml", "json"} {
+			out := meshctl("remote-secret", "--env", connEnv, "cluster1", "-o", format)
+			var printed corev1.Secret
+			// One document: istioctl's trailing "---" goes.
+			Expect(yaml.Unmarshal([]byte(strings.TrimSuffix(out, "---\n")), &printed)).To(Succeed(), out)
+			Expect(printed.Name).To(Equal("istio-remote-secret-cluster1"))
+			Expect(printed.StringData["cluster1"]).To(Equal(string(installed.Data["cluster1"])), format)
+		}
+		_, errOut, err := meshctlResult("remote-secret", "--env", connEnv, "cluster9")
+		Expect(err).To(HaveOccurred())
+		Expect(errOut).To(ContainSubstring(`no cluster "cluster9" in environment "` + connEnv + `" (it has cluster1, cluster2)`))
+	})
+
+	It("changes nothing and makes no second token when connect runs again", func() {
+		var out struct {
+			RemoteSecrets *remotesecret.Result `json:"remoteSecrets"`
+		}
+		meshctlJSON(&out, "connect", "--env", connEnv)
+		Expect(out.RemoteSecrets).NotTo(BeNil())
+		for _, r := range out.RemoteSecrets.Readers {
+			Expect(r.Action).To(Equal(remotesecret.TokenReused), r.Cluster)
+		}
+		Expect(out.RemoteSecrets.Secrets).To(HaveLen(2))
+		for _, s := range out.RemoteSecrets.Secrets {
+			Expect(s.Action).To(Equal(remotesecret.SecretUnchanged), s.Secret+" in "+s.Target)
+		}
+		for _, c := range up.Clusters {
+			list, err := clientset(c.Kubeconfig).CoreV1().Secrets("istio-system").List(context.Background(), metav1.ListOptions{FieldSelector: "type=kubernetes.io/service-account-token"})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(list.Items).To(HaveLen(1), c.Name)
+		}
+	})
+
+	It("proves pod and service connectivity between every pair, and cleans up", func() {
+		var res check.Result
+		meshctlJSON(&res, "check", "connectivity", "--env", connEnv)
+		Expect(res.OK).To(BeTrue(), "%+v", res.Probes)
+		var got []string
+		for _, p := range res.Probes {
+			Expect(p.Status).To(Equal(check.StatusOK), "%+v", p)
+			got = append(got, p.From+"→"+p.To+" "+p.Path)
+		}
+		Expect(got).To(ConsistOf(
+			"cluster1→cluster1 pod", "cluster1→cluster1 service", "cluster1→cluster2 pod", "cluster1→cluster2 service",
+			"cluster2→cluster1 pod", "cluster2→cluster1 service", "cluster2→cluster2 pod", "cluster2→cluster2 service",
+		))
+		for _, c := range up.Clusters {
+			_, err := clientset(c.Kubeconfig).CoreV1().Namespaces().Get(context.Background(), check.DefaultNamespace, metav1.GetOptions{})
+			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s still has namespace %s (%v)", c.Name, check.DefaultNamespace, err)
+		}
+		out := meshctl("check", "connectivity", "--env", connEnv)
+		Expect(out).To(MatchRegexp(`cluster1\s+cluster2\s+service\s+10\.255\.20\.\d+\s+ok`))
+	})
+})
