@@ -23,17 +23,37 @@ import (
 // environment once.
 func Setup(ctx context.Context, opts ...Option) *Env {
 	ginkgo.GinkgoHelper()
-	o := newOptions(opts)
-	d, err := createAndRegisterTeardown(ctx, o)
+	e, err := New(ctx, opts...)
 	if err != nil {
 		ginkgo.Fail(err.Error())
 	}
-	e, err := load(d, o.providerFor(d.Artifacts), o.log())
-	if err != nil {
-		ginkgo.Fail(err.Error())
-	}
+	ginkgo.DeferCleanup(e.Close)
 	return e
 }
+
+// New makes the environment as Setup does, without Ginkgo: for a TestMain,
+// or to check an error. Close deletes what it created. When setting up fails
+// after clusters were created, their state is saved under
+// <artifacts>/<env>/setup-failure and they are deleted (unless kept) before
+// New returns the error.
+func New(ctx context.Context, opts ...Option) (*Env, error) {
+	o, err := newOptions(opts).resolved()
+	if err != nil {
+		return nil, err
+	}
+	d, err := create(ctx, o)
+	if err != nil {
+		if len(d.Clusters) > 0 {
+			err = abandon(ctx, o, d, err)
+		}
+		return nil, err
+	}
+	return load(d, o.prov, o.log())
+}
+
+// Close deletes the environment if this run created it and was not told to
+// keep it; a reused environment is left alone.
+func (e *Env) Close(ctx context.Context) error { return e.teardown(ctx) }
 
 // SynchronizedSetup returns the two functions of a SynchronizedBeforeSuite
 // that makes the environment once, on process 1, and gives every parallel
@@ -46,20 +66,24 @@ func Setup(ctx context.Context, opts ...Option) *Env {
 // kubeconfig paths; no keys). The teardown runs on process 1 after every
 // process has finished, as a SynchronizedAfterSuite would.
 func SynchronizedSetup(env **Env, opts ...Option) (func(ginkgo.SpecContext) []byte, func(ginkgo.SpecContext, []byte)) {
-	o := newOptions(opts)
 	first := func(ctx ginkgo.SpecContext) []byte {
-		d, err := createAndRegisterTeardown(ctx, o)
+		e, err := New(ctx, opts...)
 		if err != nil {
 			ginkgo.Fail(err.Error())
 		}
-		return d.marshal()
+		ginkgo.DeferCleanup(e.Close)
+		return e.desc.marshal()
 	}
 	all := func(_ ginkgo.SpecContext, data []byte) {
 		d, err := unmarshal(data)
 		if err != nil {
 			ginkgo.Fail(err.Error())
 		}
-		e, err := load(d, o.providerFor(d.Artifacts), o.log())
+		o, err := newOptions(opts).resolved()
+		if err != nil {
+			ginkgo.Fail(err.Error())
+		}
+		e, err := load(d, o.prov, o.log())
 		if err != nil {
 			ginkgo.Fail(err.Error())
 		}
@@ -68,39 +92,42 @@ func SynchronizedSetup(env **Env, opts ...Option) (func(ginkgo.SpecContext) []by
 	return first, all
 }
 
-// createAndRegisterTeardown makes the environment and, as soon as there is
-// anything to delete, registers its deletion: a setup that fails halfway
-// (connecting, say) leaves nothing behind either — after saving the clusters'
-// state for whoever debugs it.
-func createAndRegisterTeardown(ctx context.Context, o options) (description, error) {
+// resolved settles the settings and the provider, once.
+func (o options) resolved() (options, error) {
 	cfg, err := o.settings()
 	if err != nil {
-		return description{}, err
+		return o, err
 	}
+	abs, err := filepath.Abs(cfg.Artifacts)
+	if err != nil {
+		return o, fmt.Errorf("meshtest: artifacts directory %q: %w", cfg.Artifacts, err)
+	}
+	cfg.Artifacts = abs
 	o.cfg, o.isolated = cfg, true
 	if o.prov == nil {
-		abs, err := filepath.Abs(cfg.Artifacts)
-		if err != nil {
-			return description{}, fmt.Errorf("meshtest: artifacts directory %q: %w", cfg.Artifacts, err)
+		o.prov = cluster.NewProvider(cluster.ProviderWithLogger(o.log()), cluster.ProviderWithArtifacts(abs))
+	}
+	return o, nil
+}
+
+// abandon handles a setup that failed halfway (connecting, say): it saves the
+// clusters' state for whoever debugs it, then deletes what this run created
+// unless told to keep it, and says where the artifacts are.
+func abandon(ctx context.Context, o options, d description, cause error) error {
+	e, err := load(d, o.prov, o.log())
+	if err != nil {
+		e = &Env{desc: d, prov: o.prov, logger: o.log()}
+	} else {
+		dir := filepath.Join(d.Artifacts, d.Env, "setup-failure")
+		if err := e.CollectArtifacts(ctx, dir); err != nil {
+			o.log().Warnf("%v", err)
 		}
-		o.prov = o.providerFor(abs)
+		cause = fmt.Errorf("%w\n(artifacts in %s)", cause, dir)
 	}
-	d, err := create(ctx, o)
-	if len(d.Clusters) > 0 {
-		ginkgo.DeferCleanup(func(ctx ginkgo.SpecContext) error {
-			return (&Env{desc: d, prov: o.prov, logger: o.log()}).teardown(ctx)
-		})
+	if err := e.teardown(ctx); err != nil {
+		cause = fmt.Errorf("%w\n%v", cause, err)
 	}
-	if err != nil && len(d.Clusters) > 0 {
-		if e, lerr := load(d, o.prov, o.log()); lerr == nil {
-			dir := filepath.Join(d.Artifacts, d.Env, "setup-failure")
-			if cerr := e.CollectArtifacts(ctx, dir); cerr != nil {
-				o.log().Warnf("meshtest: collecting artifacts into %s: %v", dir, cerr)
-			}
-			err = fmt.Errorf("%w\n(artifacts in %s)", err, dir)
-		}
-	}
-	return d, err
+	return cause
 }
 
 func (o options) log() log.Logger {
@@ -108,12 +135,4 @@ func (o options) log() log.Logger {
 		return o.logger
 	}
 	return cli.NewLogger(ginkgo.GinkgoWriter)
-}
-
-// providerFor is the provider of an environment whose artifacts are in dir.
-func (o options) providerFor(dir string) provider {
-	if o.prov != nil {
-		return o.prov
-	}
-	return cluster.NewProvider(cluster.ProviderWithLogger(o.log()), cluster.ProviderWithArtifacts(dir))
 }
