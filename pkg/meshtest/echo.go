@@ -107,7 +107,7 @@ spec:
         command:
         - sh
         - -c
-        - mkdir -p /www && echo "meshtest-echo cluster=$CLUSTER pod=$HOSTNAME" > /www/index.html && exec httpd -f -p %[4]d -h /www
+        - mkdir -p /www && echo "meshtest-echo cluster=$CLUSTER pod=$(hostname)" > /www/index.html && exec httpd -f -p %[4]d -h /www
         ports:
         - {name: http, containerPort: %[4]d}
         readinessProbe:

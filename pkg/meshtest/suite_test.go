@@ -239,6 +239,35 @@ var _ = ginkgo.Describe("CollectArtifacts", func() {
 	})
 })
 
+var _ = ginkgo.Describe("the echo workload", func() {
+	// No kubelet here: this checks the objects and the readiness report; the
+	// e2e suite runs the pods.
+	ginkgo.It("is a Deployment and a Service that say which cluster answers", func(ctx ginkgo.SpecContext) {
+		ns := suiteEnv.CreateNamespace(ctx, "echo-", nil)
+		c := suiteEnv.Cluster("cluster2")
+		objs, err := decodeManifests(echoManifests(c.Name, "echo", "meshctl/busybox:latest"))
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		gomega.Expect(c.apply(ctx, ns, objs)).To(gomega.Succeed())
+		dep, err := c.Kube.AppsV1().Deployments(ns).Get(ctx, "echo", metav1.GetOptions{})
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		ctr := dep.Spec.Template.Spec.Containers[0]
+		gomega.Expect(ctr.Image).To(gomega.Equal("meshctl/busybox:latest"))
+		gomega.Expect(ctr.ImagePullPolicy).To(gomega.Equal(corev1.PullIfNotPresent))
+		gomega.Expect(ctr.Env).To(gomega.ContainElement(corev1.EnvVar{Name: "CLUSTER", Value: "cluster2"}))
+		gomega.Expect(ctr.Command[2]).To(gomega.ContainSubstring(`echo "meshtest-echo cluster=$CLUSTER pod=$(hostname)"`))
+		gomega.Expect(ctr.Command[2]).To(gomega.HaveSuffix("exec httpd -f -p 8080 -h /www"))
+		e := &Echo{Cluster: c, Namespace: ns, Name: "echo"}
+		why, err := e.ready(ctx)
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		gomega.Expect(why).To(gomega.Equal("no pod yet"))
+		gomega.Expect(e.ServiceIP).To(gomega.HavePrefix("10.0.0."))
+		svc, err := c.Kube.CoreV1().Services(ns).Get(ctx, "echo", metav1.GetOptions{})
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		gomega.Expect(svc.Spec.Ports[0].Port).To(gomega.BeEquivalentTo(EchoServicePort))
+		gomega.Expect(svc.Spec.Ports[0].TargetPort.IntValue()).To(gomega.Equal(EchoPort))
+	})
+})
+
 var _ = ginkgo.Describe("Reach", func() {
 	ginkgo.It("refuses what it cannot send from, and explains a failure", func() {
 		_, err := Reach(Address("10.0.0.1", 80)).Match("cluster1")
