@@ -3,6 +3,7 @@ package meshtest
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
@@ -88,6 +90,42 @@ var _ = ginkgo.Describe("CreateNamespace", ginkgo.Ordered, func() {
 		_, err := suiteEnv.createNamespace(ctx, name, nil)
 		gomega.Expect(err).To(gomega.MatchError(gomega.ContainSubstring("cluster cluster1: namespace " + name + " already exists (left by an earlier run?")))
 		gomega.Expect(err).To(gomega.MatchError(gomega.ContainSubstring("cluster cluster2: namespace " + name + " already exists")))
+	})
+
+	ginkgo.It("talks to the clusters at the same time", func(ctx ginkgo.SpecContext) {
+		// Each cluster's namespace POST waits for the other's to arrive: one
+		// cluster after the other would time out here.
+		arrived := make(chan struct{}, 2)
+		barrier := func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/namespaces") {
+					arrived <- struct{}{}
+					deadline := time.After(10 * time.Second)
+					for len(arrived) < 2 {
+						select {
+						case <-deadline:
+							return nil, fmt.Errorf("the other cluster's request never came while this one waited")
+						case <-time.After(10 * time.Millisecond):
+						}
+					}
+				}
+				return rt.RoundTrip(r)
+			})
+		}
+		e := &Env{desc: suiteEnv.desc}
+		for _, c := range suiteEnv.Clusters() {
+			cfg := rest.CopyConfig(c.Config)
+			cfg.WrapTransport = barrier
+			wrapped, err := newClusterFromConfig(clusterDesc{Name: c.Name}, cfg)
+			gomega.Expect(err).NotTo(gomega.HaveOccurred())
+			e.clusters = append(e.clusters, wrapped)
+		}
+		concurrent := e.CreateNamespace(ctx, "concurrent-", nil)
+		gomega.Expect(arrived).To(gomega.HaveLen(2))
+		for _, c := range suiteEnv.Clusters() {
+			_, err := c.Kube.CoreV1().Namespaces().Get(ctx, concurrent, metav1.GetOptions{})
+			gomega.Expect(err).NotTo(gomega.HaveOccurred(), c.Name)
+		}
 	})
 
 	ginkgo.It("deleted it from every cluster at cleanup", func(ctx ginkgo.SpecContext) {
@@ -285,3 +323,7 @@ var _ = ginkgo.Describe("Reach", func() {
 		gomega.Expect(strings.Split(m.NegatedFailureMessage(nil), "\n")[0]).To(gomega.Equal("pod cluster1/ns/echo-1 reached service cluster2/ns/echo at 10.255.20.9:80, and should not have; it answered:"))
 	})
 })
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
