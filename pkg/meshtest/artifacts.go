@@ -70,8 +70,12 @@ func (c *Cluster) collect(ctx context.Context, dir string) error {
 	}
 	if nodes, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
 		fail("listing nodes", err)
-	} else if err := writeYAML(filepath.Join(dir, "nodes.yaml"), nodes); err != nil {
-		fail("nodes", err)
+	} else {
+		// Typed lists come without their type: say it, as kubectl does.
+		nodes.APIVersion, nodes.Kind = "v1", "NodeList"
+		if err := writeYAML(filepath.Join(dir, "nodes.yaml"), nodes); err != nil {
+			fail("nodes", err)
+		}
 	}
 	if events, err := c.Kube.CoreV1().Events("").List(ctx, metav1.ListOptions{}); err != nil {
 		fail("listing events", err)
