@@ -91,8 +91,12 @@ func newClusterFromConfig(d clusterDesc, cfg *rest.Config) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster %q: %w", d.Name, err)
 	}
 	// The controller-runtime client shares nothing with the mapper above:
-	// its own lazy mapper discovers only the groups it is asked about.
-	if c.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+	// its own lazy mapper discovers only the groups it is asked about. Its
+	// logger is Ginkgo's, not controller-runtime's global one, which a
+	// suite may set itself and which otherwise complains, with a stack
+	// trace, that nobody set it.
+	opts := client.Options{Scheme: scheme, Log: ginkgo.GinkgoLogr.WithName("controller-runtime").WithValues("cluster", d.Name)}
+	if c.Client, err = client.New(cfg, opts); err != nil {
 		return nil, fmt.Errorf("cluster %q: controller-runtime client: %w", d.Name, err)
 	}
 	return c, nil
