@@ -19,6 +19,15 @@ type Target struct {
 	Expect string // a substring of the answer; "" takes any answer
 }
 
+// describe names the target and its address, once if they are the same.
+func (t Target) describe() string {
+	addr := hostPort(t.Host, t.Port)
+	if t.What == "" || t.What == addr {
+		return addr
+	}
+	return t.What + " at " + addr
+}
+
 // PodTarget is the echo pod itself, by its pod IP: the answer must come
 // from this very pod.
 func (e *Echo) PodTarget() Target {
@@ -88,7 +97,7 @@ func (m *reachMatcher) Match(actual any) (bool, error) {
 }
 
 func (m *reachMatcher) FailureMessage(any) string {
-	msg := fmt.Sprintf("%s could not reach %s at %s", m.from, m.target.What, hostPort(m.target.Host, m.target.Port))
+	msg := fmt.Sprintf("%s could not reach %s", m.from, m.target.describe())
 	switch {
 	case m.err != nil:
 		msg += fmt.Sprintf(": nc failed (%v)", m.err)
@@ -106,8 +115,7 @@ func (m *reachMatcher) FailureMessage(any) string {
 }
 
 func (m *reachMatcher) NegatedFailureMessage(any) string {
-	return fmt.Sprintf("%s reached %s at %s, and should not have; it answered:\n%s",
-		m.from, m.target.What, hostPort(m.target.Host, m.target.Port), indent(m.answer))
+	return fmt.Sprintf("%s reached %s, and should not have; it answered:\n%s", m.from, m.target.describe(), indent(m.answer))
 }
 
 // MatchMayChangeInTheFuture lets Eventually and Consistently poll: a path
