@@ -23,8 +23,9 @@ const (
 	EchoServicePort = 80
 )
 
-// echoReadyWait bounds DeployEcho's wait for the pod to be Ready.
-const echoReadyWait = 3 * time.Minute
+// echoReadyWait bounds DeployEcho's wait for the pod to be Ready: generous,
+// for CI machines that run several kind clusters at once.
+const echoReadyWait = 5 * time.Minute
 
 // Echo is DeployEcho's workload in one cluster: a pod that answers HTTP on
 // EchoPort with "meshtest-echo cluster=<cluster> pod=<pod>", so that whoever
