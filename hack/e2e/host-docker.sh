@@ -2,6 +2,7 @@
 # Make a Docker engine answer on this host, with what kind nodes need:
 #  - docker.io from Debian apt (only if no engine answers already)
 #  - cgroup v1 controllers the VM leaves unmounted (hugetlb, perf_event, net_cls,net_prio)
+#  - inotify limits raised to kind's recommended minimums
 #  - a runc wrapper as dockerd's default runtime, only where CAP_SYS_RESOURCE (bit 24)
 #    is missing from the capability bounding set (privileged containers fail otherwise)
 # Idempotent: a rerun with an answering engine takes well under a second.
@@ -75,8 +76,23 @@ start_dockerd() {
   die "dockerd did not answer within 60s (log: $DOCKERD_LOG)"
 }
 
+# raise_inotify_limits: kind's recommended minimums. With Debian's defaults (128
+# instances) the fourth or fifth kind cluster's kube-proxy fails with "too many
+# open files" and its node never becomes Ready (seen with parallel e2e specs).
+raise_inotify_limits() {
+  local key want have
+  for kv in fs.inotify.max_user_instances=512 fs.inotify.max_user_watches=524288; do
+    key=${kv%%=*} want=${kv#*=}
+    have=$(sysctl -n "$key")
+    if [ "$have" -lt "$want" ]; then
+      sysctl -qw "$key=$want" && log "raised $key from $have to $want"
+    fi
+  done
+}
+
 need_root
 mount_cgroup_v1
+raise_inotify_limits
 if engine_answers && ! [ -f /run/meshctl-dockerd.pid ] && ! [ -d /run/systemd/system ]; then
   # an engine we did not start: leave its configuration alone
   if cap_sys_resource_missing && ! grep -q runc-nocap /etc/docker/daemon.json 2>/dev/null; then
