@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/meshctl/meshctl/internal/parallel"
+
 	"github.com/onsi/ginkgo/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,7 +55,7 @@ func (e *Env) CollectArtifacts(ctx context.Context, dir string) error {
 			errs = append(errs, fmt.Errorf("status: %w", err))
 		}
 	}
-	errs = append(errs, concurrently(e.clusters, func(c *Cluster) error {
+	errs = append(errs, parallel.ForEach(e.clusters, func(c *Cluster) error {
 		return c.collect(ctx, filepath.Join(dir, c.Name))
 	}))
 	if err := joinErrors(errs); err != nil {
@@ -90,7 +92,7 @@ func (c *Cluster) collect(ctx context.Context, dir string) error {
 	if err := writeText(filepath.Join(dir, "pods.txt"), func(w io.Writer) { printPods(w, pods.Items) }); err != nil {
 		fail("pods", err)
 	}
-	logErrs := concurrently(pods.Items, func(p corev1.Pod) error { return c.collectLogs(ctx, dir, &p) })
+	logErrs := parallel.ForEach(pods.Items, func(p corev1.Pod) error { return c.collectLogs(ctx, dir, &p) })
 	if logErrs != nil {
 		errs = append(errs, logErrs)
 	}

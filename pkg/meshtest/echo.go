@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshctl/meshctl/internal/parallel"
+
 	"github.com/onsi/ginkgo/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,7 +73,7 @@ func (es Echoes) In(cluster string) *Echo {
 func (e *Env) DeployEcho(ctx context.Context, namespace, name string) Echoes {
 	ginkgo.GinkgoHelper()
 	out := make(Echoes, len(e.clusters))
-	err := concurrently(indexes(len(e.clusters)), func(i int) error {
+	err := parallel.ForEach(indexes(len(e.clusters)), func(i int) error {
 		var err error
 		out[i], err = e.clusters[i].deployEcho(ctx, namespace, name, e.desc.EchoImage)
 		return err

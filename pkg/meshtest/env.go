@@ -3,13 +3,14 @@ package meshtest
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/meshctl/meshctl/internal/parallel"
 
 	"sigs.k8s.io/kind/pkg/log"
 
@@ -204,28 +205,11 @@ func up(ctx context.Context, p provider, logger log.Logger, cfg config, plan *cl
 // environment under the artifacts directory (created or reused), then each
 // cluster's cacerts Secret, concurrently.
 func installCacerts(ctx context.Context, d description) error {
-	names := make([]string, len(d.Clusters))
-	for i, c := range d.Clusters {
-		names[i] = c.Name
+	kubeconfigs := make(map[string]string, len(d.Clusters))
+	for _, c := range d.Clusters {
+		kubeconfigs[c.Name] = c.Kubeconfig
 	}
-	authority := meshca.New(meshca.Dir(d.Artifacts, d.Env), meshca.WithName(d.Env))
-	if _, err := authority.Ensure(names...); err != nil {
-		return err
-	}
-	return concurrently(d.Clusters, func(c clusterDesc) error {
-		certs, err := authority.Cacerts(c.Name)
-		if err != nil {
-			return fmt.Errorf("cluster %q: %w", c.Name, err)
-		}
-		cl, err := newCluster(c)
-		if err != nil {
-			return err
-		}
-		if _, err := meshca.InstallSecret(ctx, cl.Kube, certs); err != nil {
-			return fmt.Errorf("cluster %q: %w", c.Name, err)
-		}
-		return nil
-	})
+	return meshca.New(meshca.Dir(d.Artifacts, d.Env), meshca.WithName(d.Env)).Install(ctx, kubeconfigs)
 }
 
 // reuse takes the environment `meshctl up` made, as its cluster records
@@ -332,7 +316,7 @@ func descFor(c cluster.ClusterPlan, kubeconfig string) clusterDesc {
 func load(d description, p provider, logger log.Logger) (*Env, error) {
 	e := &Env{desc: d, prov: p, logger: logger}
 	e.clusters = make([]*Cluster, len(d.Clusters))
-	err := concurrently(indexes(len(d.Clusters)), func(i int) error {
+	err := parallel.ForEach(indexes(len(d.Clusters)), func(i int) error {
 		c, err := newCluster(d.Clusters[i])
 		if err != nil {
 			return err
@@ -397,23 +381,6 @@ func writePrivate(path string, data []byte) error {
 		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
 	}
 	return fsutil.WriteFile(path, data, 0o600)
-}
-
-// concurrently runs f for every item at once and joins the errors in the
-// items' order, so that a message reads the same on every run.
-func concurrently[T any](items []T, f func(T) error) error {
-	errs := make([]error, len(items))
-	done := make(chan struct{})
-	for i, it := range items {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			errs[i] = f(it)
-		}()
-	}
-	for range items {
-		<-done
-	}
-	return errors.Join(errs...)
 }
 
 func indexes(n int) []int {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshctl/meshctl/internal/parallel"
+
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -40,7 +42,7 @@ func (e *Env) ForEachCluster(f func(g gomega.Gomega, c *Cluster)) {
 type stopCluster struct{ msg string }
 
 func (e *Env) forEach(f func(g gomega.Gomega, c *Cluster)) error {
-	return concurrently(e.clusters, func(c *Cluster) (err error) {
+	return parallel.ForEach(e.clusters, func(c *Cluster) (err error) {
 		defer ginkgo.GinkgoRecover()
 		defer func() {
 			if r := recover(); r != nil {
@@ -81,7 +83,7 @@ func (e *Env) createNamespace(ctx context.Context, name string, labels map[strin
 		_, _ = rand.Read(b)
 		name += hex.EncodeToString(b)
 	}
-	err := concurrently(e.clusters, func(c *Cluster) error {
+	err := parallel.ForEach(e.clusters, func(c *Cluster) error {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 		for {
 			_, err := c.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
@@ -108,7 +110,7 @@ func (e *Env) createNamespace(ctx context.Context, name string, labels map[strin
 // deleteNamespace deletes the namespace everywhere without waiting for it
 // to go: the next spec that wants the name waits instead.
 func (e *Env) deleteNamespace(ctx context.Context, name string) error {
-	return concurrently(e.clusters, func(c *Cluster) error {
+	return parallel.ForEach(e.clusters, func(c *Cluster) error {
 		err := c.Kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("cluster %s: deleting namespace %s: %w", c.Name, name, err)
@@ -126,7 +128,7 @@ func (e *Env) Apply(ctx context.Context, namespace, manifests string) {
 	ginkgo.GinkgoHelper()
 	objs, err := decodeManifests(manifests)
 	if err == nil {
-		err = concurrently(e.clusters, func(c *Cluster) error { return c.apply(ctx, namespace, objs) })
+		err = parallel.ForEach(e.clusters, func(c *Cluster) error { return c.apply(ctx, namespace, objs) })
 	}
 	if err != nil {
 		ginkgo.Fail(err.Error())

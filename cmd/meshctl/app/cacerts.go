@@ -2,12 +2,6 @@ package app
 
 import (
 	"context"
-	"fmt"
-
-	"github.com/meshctl/meshctl/internal/parallel"
-
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/pkg/cluster"
@@ -26,34 +20,10 @@ func (g *globals) installCacerts(ctx context.Context, res *cluster.UpResult) err
 }
 
 func (g *globals) doInstallCacerts(ctx context.Context, res *cluster.UpResult) error {
-	names := make([]string, len(res.Clusters))
-	for i, c := range res.Clusters {
-		names[i] = c.Name
+	kubeconfigs := make(map[string]string, len(res.Clusters))
+	for _, c := range res.Clusters {
+		kubeconfigs[c.Name] = c.Kubeconfig
 	}
 	authority := meshca.New(meshca.Dir(g.settings.GetString("artifacts"), res.Env), meshca.WithName(res.Env))
-	if _, err := authority.Ensure(names...); err != nil {
-		return err
-	}
-	return parallel.ForEach(res.Clusters, func(c cluster.ClusterResult) error {
-		return installCacertsIn(ctx, authority, c)
-	})
-}
-
-func installCacertsIn(ctx context.Context, authority *meshca.Authority, c cluster.ClusterResult) error {
-	certs, err := authority.Cacerts(c.Name)
-	if err != nil {
-		return fmt.Errorf("cluster %q: %w", c.Name, err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-	if err != nil {
-		return fmt.Errorf("cluster %q: %w", c.Name, err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("cluster %q: %w", c.Name, err)
-	}
-	if _, err := meshca.InstallSecret(ctx, cs, certs); err != nil {
-		return fmt.Errorf("cluster %q: %w", c.Name, err)
-	}
-	return nil
+	return authority.Install(ctx, kubeconfigs)
 }

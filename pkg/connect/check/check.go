@@ -2,12 +2,13 @@ package check
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/meshctl/meshctl/internal/parallel"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -136,7 +137,7 @@ func (c *Checker) Check(ctx context.Context, env string) (*Result, error) {
 	}
 	defer c.cleanup(runs)
 
-	if err := each(runs, func(r *run) error {
+	if err := parallel.ForEach(runs, func(r *run) error {
 		if err := c.deleteNamespace(ctx, r.client); err != nil {
 			return fmt.Errorf("cluster %q: removing a stale check: %w", r.plan.Name, err)
 		}
@@ -150,7 +151,7 @@ func (c *Checker) Check(ctx context.Context, env string) (*Result, error) {
 
 	res := &Result{Env: env, OK: true, Probes: []Probe{}}
 	var mu sync.Mutex
-	err = each(runs, func(r *run) error {
+	err = parallel.ForEach(runs, func(r *run) error {
 		probes := c.plan(r, runs)
 		if err := c.runClient(ctx, r, probes); err != nil {
 			return fmt.Errorf("cluster %q: %w", r.plan.Name, err)
@@ -210,7 +211,7 @@ func (c *Checker) resolve(ctx context.Context, env string) ([]*run, error) {
 	for i, p := range cs {
 		runs[i] = &run{plan: p}
 	}
-	err = each(runs, func(r *run) error {
+	err = parallel.ForEach(runs, func(r *run) error {
 		kc, err := c.source.Kubeconfig(ctx, env, r.plan.Name, false)
 		if err != nil {
 			return fmt.Errorf("cluster %q: kubeconfig: %w", r.plan.Name, err)
@@ -235,7 +236,7 @@ func (c *Checker) resolve(ctx context.Context, env string) ([]*run, error) {
 func (c *Checker) cleanup(runs []*run) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	_ = each(runs, func(r *run) error {
+	_ = parallel.ForEach(runs, func(r *run) error {
 		if r.client == nil {
 			return nil
 		}
@@ -244,21 +245,6 @@ func (c *Checker) cleanup(runs []*run) {
 		}
 		return nil
 	})
-}
-
-// each runs f for every run concurrently and joins the errors.
-func each(runs []*run, f func(*run) error) error {
-	errs := make([]error, len(runs))
-	var wg sync.WaitGroup
-	for i, r := range runs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f(r)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // oneLine flattens command output for a report.

@@ -2,12 +2,12 @@ package remotesecret
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/meshctl/meshctl/internal/parallel"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -261,17 +261,11 @@ func (m *Manager) resolve(ctx context.Context, env string, sources, targets map[
 
 // each runs f(0..n-1) concurrently and joins every error.
 func each(n int, f func(int) error) error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f(i)
-		}()
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return parallel.ForEach(idx, f)
 }
 
 func sortedKeys(m map[string]bool) []string {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sort"
 
+	"github.com/meshctl/meshctl/internal/parallel"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Where Istio's control plane looks for a plugged-in CA.
@@ -81,3 +84,42 @@ func InstallSecret(ctx context.Context, client kubernetes.Interface, certs Cacer
 }
 
 func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
+
+// Install gives every cluster its intermediate as the istio-system/cacerts
+// Secret: the files are created or reused (Ensure), then the Secrets are
+// installed concurrently, each through the kubeconfig file named for its
+// cluster. It is what `meshctl up` and pkg/meshtest both do after creating
+// clusters; errors name the cluster, every one is reported.
+func (a *Authority) Install(ctx context.Context, kubeconfigs map[string]string) error {
+	names := make([]string, 0, len(kubeconfigs))
+	for n := range kubeconfigs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if _, err := a.Ensure(names...); err != nil {
+		return err
+	}
+	return parallel.ForEach(names, func(name string) error {
+		if err := a.installIn(ctx, name, kubeconfigs[name]); err != nil {
+			return fmt.Errorf("cluster %q: %w", name, err)
+		}
+		return nil
+	})
+}
+
+func (a *Authority) installIn(ctx context.Context, name, kubeconfig string) error {
+	certs, err := a.Cacerts(name)
+	if err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	_, err = InstallSecret(ctx, cs, certs)
+	return err
+}
