@@ -74,6 +74,9 @@ func TestPlanRoles(t *testing.T) {
 		{"valid-dual-stack.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-dual-stack.json") }, "c2→c1 c1→c2"},
 		{"valid-ipv6.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-ipv6.json") }, "v6b→v6a v6a→v6b"},
 		{"valid-yaml.yaml", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-yaml.yaml") }, "beta→alpha alpha→beta"},
+		{"valid-existing-mixed.json: existing clusters take part like kind ones", func(t *testing.T) []cluster.ClusterPlan {
+			return fromFile(t, "valid-existing-mixed.json")
+		}, "cloud→lab local→lab cloud→local lab→local"},
 		{"valid-skips-vms.json: a VM is no cluster", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-skips-vms.json") }, ""},
 	}
 	for _, tt := range tests {
@@ -97,7 +100,7 @@ func TestPlanCoversTestdata(t *testing.T) {
 	covered := map[string]bool{
 		"valid-istio-multicluster-3.json": true, "valid-multi-network.json": true, "valid-snake-case.json": true,
 		"valid-external-control-plane.json": true, "valid-dual-stack.json": true, "valid-ipv6.json": true,
-		"valid-yaml.yaml": true, "valid-skips-vms.json": true,
+		"valid-yaml.yaml": true, "valid-skips-vms.json": true, "valid-existing-mixed.json": true,
 	}
 	for _, f := range files {
 		if !covered[filepath.Base(f)] {
