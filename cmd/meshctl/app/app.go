@@ -113,6 +113,7 @@ Flags win over environment variables, which win over the config file.`,
 		newValuesCommand(g),
 		newCACommand(g),
 		newVersionCommand(g),
+		newDataplaneCommand(g),
 	)
 	return root
 }
