@@ -113,6 +113,8 @@ Flags win over environment variables, which win over the config file.`,
 		newValuesCommand(g),
 		newCACommand(g),
 		newVersionCommand(g),
+		newInstallCommand(g),
+		newUninstallCommand(g),
 		newDataplaneCommand(g),
 	)
 	return root

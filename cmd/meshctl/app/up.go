@@ -56,7 +56,19 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 					return fmt.Errorf("clusters are up, but installing the shared root CA failed (rerun `meshctl up`): %w", err)
 				}
 			}
-			return print(g.streams.Out, format, res, func(w io.Writer) error { return printUp(w, res) })
+			out := upOutput{UpResult: res}
+			if g.settings.GetBool("install") {
+				if out.Install, err = g.install(cmd, plan); err != nil {
+					return fmt.Errorf("clusters are up, but installing the dataplane failed (rerun `meshctl install`): %w", err)
+				}
+			}
+			if err := print(g.streams.Out, format, out, func(w io.Writer) error { return printUp(w, out) }); err != nil {
+				return err
+			}
+			if out.Install != nil {
+				return out.Install.err()
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -70,6 +82,9 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 	f.Duration("wait", cluster.DefaultWait, "how long to wait for each control plane to be Ready")
 	f.Bool("connect", true, "route pods and services between clusters on the same network (as meshctl connect does)")
 	f.Bool("cacerts", true, "give each cluster its intermediate of the environment's shared root CA (istio-system/cacerts; files as meshctl ca makes them)")
+	f.Bool("install", true, "install meshctl's CNI and HBONE dataplane (as meshctl install does; --install-timeout and the values flags apply)")
+	addInstallFlags(f)
+	addValuesFlags(f)
 	f.Bool("registry", true, "run a local registry (localhost:<registry-port>) that every node pulls from")
 	f.String("registry-name", cluster.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")
 	f.String("registry-image", cluster.DefaultRegistryImage, "image of the local registry container")
@@ -167,7 +182,15 @@ func printPlan(w io.Writer, p *cluster.Plan) error {
 	return nil
 }
 
-func printUp(w io.Writer, r *cluster.UpResult) error {
+// upOutput is what up prints: the clusters and, with --install, the
+// install report.
+type upOutput struct {
+	*cluster.UpResult
+	Install *installReport `json:"install,omitempty"`
+}
+
+func printUp(w io.Writer, out upOutput) error {
+	r := out.UpResult
 	if r.Registry != nil {
 		fmt.Fprintf(w, "Registry %s at %s (%s)\n", r.Registry.Name, r.Registry.Host, r.Registry.Action)
 	}
@@ -176,5 +199,12 @@ func printUp(w io.Writer, r *cluster.UpResult) error {
 	for _, c := range r.Clusters {
 		tw.row(c.Name, c.KindName, c.Network, c.Action, c.Kubeconfig)
 	}
-	return tw.flush()
+	if err := tw.flush(); err != nil {
+		return err
+	}
+	if out.Install != nil {
+		fmt.Fprintln(w)
+		return printInstall(w, out.Install)
+	}
+	return nil
 }
