@@ -336,4 +336,3 @@ reported, not an error. The cacerts Secret and the namespace stay.`,
 	addOutputFlag(cmd)
 	return cmd
 }
-

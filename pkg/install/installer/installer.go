@@ -451,4 +451,3 @@ func (i *Installer) uninstallChart(cfg *action.Configuration, c *chart.Chart) Re
 	r.Action, r.Revision = ActionUninstalled, last.Version
 	return r
 }
-
