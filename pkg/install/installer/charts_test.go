@@ -220,3 +220,11 @@ func checkGolden(t *testing.T, name, got string) {
 		t.Errorf("%s differs from the golden file (rerun with -update and review the diff):\n%s", name, got)
 	}
 }
+
+func TestShorten(t *testing.T) {
+	t.Parallel()
+	long := `cannot patch "meshctl-proxy" with kind DaemonSet: patch: Invalid value: "{\"a\":\"` + strings.Repeat("x", 300) + `\"}": quantities must match`
+	if got := shorten(long); got != `cannot patch "meshctl-proxy" with kind DaemonSet: patch: Invalid value: "…": quantities must match` {
+		t.Errorf("shorten: %s", got)
+	}
+}

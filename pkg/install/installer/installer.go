@@ -3,10 +3,11 @@ package installer
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -355,12 +356,21 @@ func (i *Installer) helmConfig(t Target, ns string) (*action.Configuration, erro
 	return cfg, nil
 }
 
+// longQuoted is a quoted string too long to read in an error: the API
+// server quotes a whole object back in some rejections.
+var longQuoted = regexp.MustCompile(`"(?:[^"\\]|\\.){160,}"`)
+
+// shorten keeps an error readable: the cause stays, quoted objects go.
+func shorten(msg string) string {
+	return longQuoted.ReplaceAllString(msg, `"…"`)
+}
+
 func chartRef(c *chart.Chart) string { return c.Name() + "-" + c.Metadata.Version }
 
 func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration, ns string, c *chart.Chart, values map[string]any) ReleaseResult {
 	r := ReleaseResult{Name: c.Name(), Chart: chartRef(c)}
 	fail := func(action string, err error) ReleaseResult {
-		r.Action, r.Error = action, err.Error()
+		r.Action, r.Error = action, shorten(err.Error())
 		return r
 	}
 	last, err := cfg.Releases.Last(c.Name())
@@ -370,10 +380,16 @@ func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration,
 	if last == nil || last.Info.Status == release.StatusUninstalled {
 		in := action.NewInstall(cfg)
 		in.ReleaseName, in.Namespace, in.CreateNamespace = c.Name(), ns, true
-		in.Atomic, in.Wait, in.Timeout = true, i.wait, i.timeout
+		// Helm's atomic implies waiting; without waiting, undo by hand.
+		in.Atomic, in.Wait, in.Timeout = i.wait, i.wait, i.timeout
 		rel, err := in.RunWithContext(ctx, c, values)
 		if err != nil {
-			// Atomic: a failed install has been uninstalled again.
+			if !i.wait {
+				if _, uerr := action.NewUninstall(cfg).Run(c.Name()); uerr != nil {
+					return fail(ActionFailed, fmt.Errorf("install: %w (and removing it again: %w)", err, uerr))
+				}
+			}
+			// A failed install has been uninstalled again.
 			return fail(ActionRolledBack, fmt.Errorf("install: %w", err))
 		}
 		r.Action, r.Revision = ActionInstalled, rel.Version
@@ -388,7 +404,14 @@ func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration,
 	up := i.upgrade(cfg, ns)
 	rel, err := up.RunWithContext(ctx, c.Name(), c, values)
 	if err != nil {
-		// Atomic: the release is back at its previous revision.
+		if !i.wait {
+			rb := action.NewRollback(cfg)
+			rb.Version, rb.Timeout, rb.MaxHistory = last.Version, i.timeout, up.MaxHistory
+			if rerr := rb.Run(c.Name()); rerr != nil {
+				return fail(ActionFailed, fmt.Errorf("upgrade: %w (and rolling back: %w)", err, rerr))
+			}
+		}
+		// The release is back at its previous revision.
 		return fail(ActionRolledBack, fmt.Errorf("upgrade: %w", err))
 	}
 	r.Action, r.Revision = ActionUpgraded, rel.Version
@@ -398,7 +421,9 @@ func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration,
 func (i *Installer) upgrade(cfg *action.Configuration, ns string) *action.Upgrade {
 	up := action.NewUpgrade(cfg)
 	up.Namespace = ns
-	up.Atomic, up.Wait, up.Timeout = true, i.wait, i.timeout
+	// Helm's atomic implies waiting; without waiting, installChart undoes
+	// a failure by hand.
+	up.Atomic, up.Wait, up.Timeout = i.wait, i.wait, i.timeout
 	// Values are always given in full: never reuse the last release's.
 	up.ResetValues = true
 	up.CleanupOnFail = true
@@ -419,16 +444,21 @@ func (i *Installer) unchanged(ctx context.Context, cfg *action.Configuration, ns
 	if err != nil {
 		return false, fmt.Errorf("rendering upgrade: %w", err)
 	}
-	return rel.Manifest == last.Manifest && reflect.DeepEqual(normalize(rel.Config), normalize(last.Config)), nil
+	if rel.Manifest != last.Manifest {
+		return false, nil
+	}
+	return sameJSON(rel.Config, last.Config), nil
 }
 
-// normalize makes values from a stored release (JSON-decoded) and values
-// built in memory comparable: nil and empty maps alike.
-func normalize(m map[string]any) map[string]any {
-	if len(m) == 0 {
-		return nil
+// sameJSON compares values as stored: a release's values come back
+// JSON-decoded (every number a float64), values built in memory do not.
+func sameJSON(a, b map[string]any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	if len(a) == 0 && len(b) == 0 {
+		return true
 	}
-	return m
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
 
 func (i *Installer) uninstallChart(cfg *action.Configuration, c *chart.Chart) ReleaseResult {

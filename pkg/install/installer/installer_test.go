@@ -122,20 +122,28 @@ func TestIntegrationInstallUpgradeUninstall(t *testing.T) {
 		t.Errorf("pod template image-id %q after upgrade", got)
 	}
 
-	// An upgrade the API server rejects (a Secret name is not a DNS label)
-	// rolls back: the signer keeps its Secret, the release its revision.
-	target.Values = clusterValues(t, "cluster1", "image.id=sha256:fedcba", "signer.cacertsSecret=Not_A_Name")
+	// An upgrade Kubernetes rejects (a CPU request that is not a quantity)
+	// rolls back: the proxy keeps its resources. The CNI release, whose
+	// manifest is unchanged, records the new values as a new revision.
+	target.Values = clusterValues(t, "cluster1", "image.id=sha256:fedcba", "proxy.resources.requests.cpu=lots")
 	res, err = in.Install(ctx, target)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rel := res.Clusters[0].Releases
-	if !res.Failed() || rel[0].Action != ActionUnchanged || rel[1].Action != ActionRolledBack || !strings.Contains(res.Clusters[0].Error, "meshctl-dataplane") {
+	t.Logf("failing upgrade reported: %s", res.Clusters[0].Error)
+	if !res.Failed() || rel[0].Action != ActionUpgraded || rel[1].Action != ActionRolledBack || !strings.Contains(res.Clusters[0].Error, "meshctl-dataplane") {
 		t.Fatalf("failing upgrade: %+v", res.Clusters[0])
 	}
-	signer, _ = cs.AppsV1().Deployments("istio-system").Get(ctx, "meshctl-signer", metav1.GetOptions{})
-	if got := signer.Spec.Template.Spec.Volumes[0].Secret.SecretName; got != "cacerts" {
-		t.Errorf("after a rolled-back upgrade the signer mounts %q", got)
+	proxy, err := cs.AppsV1().DaemonSets("istio-system").Get(ctx, "meshctl-proxy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := proxy.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String(); got != "10m" {
+		t.Errorf("after a rolled-back upgrade the proxy requests cpu %s", got)
+	}
+	if signer.Spec.Template.Spec.Volumes[0].Secret.SecretName != "cacerts" {
+		t.Errorf("signer mounts %+v", signer.Spec.Template.Spec.Volumes[0])
 	}
 
 	res, err = in.Uninstall(ctx, target)
@@ -171,6 +179,7 @@ func TestIntegrationInstallUpgradeUninstall(t *testing.T) {
 	if got := actions(res.Clusters[0]); got != "meshctl-cni=rolled back meshctl-dataplane=skipped" {
 		t.Fatalf("failing install: %s (%s)", got, res.Clusters[0].Error)
 	}
+	t.Logf("failing install reported: %s", res.Clusters[0].Error)
 	if _, err := cs.AppsV1().DaemonSets("istio-system").Get(ctx, "meshctl-cni-node", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a failed install left its DaemonSet: %v", err)
 	}
