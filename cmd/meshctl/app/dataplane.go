@@ -70,6 +70,7 @@ func newInstallCNICommand(g *globals) *cobra.Command {
 				installcni.WithHostCNIConfDir(s.GetString("host-cni-conf-dir")),
 				installcni.WithCNIBinDir(s.GetString("cni-bin-dir")),
 				installcni.WithAgentSocket(s.GetString("agent-socket")),
+				installcni.WithServiceAccountDir(s.GetString("service-account-dir")),
 				installcni.WithExcludeNamespaces(s.GetStringSlice("exclude-namespaces")...),
 				installcni.WithRepairThrottle(s.GetDuration("repair-throttle")),
 				installcni.WithReadyAddr(s.GetString("ready-addr")),
@@ -93,6 +94,7 @@ func newInstallCNICommand(g *globals) *cobra.Command {
 	f.String("host-cni-conf-dir", "/etc/cni/net.d", "the same dir as the host sees it")
 	f.String("cni-bin-dir", "/host/opt/cni/bin", "the host's CNI bin dir as mounted in this container")
 	f.String("plugin-binary", "", "binary to install as the plugin (default: this executable)")
+	f.String("service-account-dir", "/var/run/secrets/kubernetes.io/serviceaccount", "the mounted service account, whose token and CA go into the plugin's kubeconfig")
 	f.String("agent-socket", "/var/run/meshctl/pluginevent.sock", "node agent socket the plugin posts pods to (a host path)")
 	f.StringSlice("exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed")
 	f.Duration("repair-throttle", time.Second, "minimum time between two repairs of the CNI config")
