@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -184,5 +185,64 @@ var _ = Describe("the dataplane install", Ordered, func() {
 		var res installOutput
 		meshctlJSON(&res, "install", "--env", instEnv)
 		Expect(releaseActions(&res)).To(ConsistOf(allActions(&res, "installed")))
+	})
+
+	// The goal of the dataplane: a pod in an ambient namespace starts
+	// (the plugin asked the node agent, which redirected it and handed it
+	// to the proxy) and its traffic to another meshed pod crosses the
+	// proxies over HBONE.
+	It("meshes pods of an ambient namespace and carries their traffic over HBONE", func() {
+		ctx := context.Background()
+		c := up.Clusters[0]
+		cs := clientset(c.Kubeconfig)
+		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name: "meshed", Labels: map[string]string{"istio.io/dataplane-mode": "ambient"}}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		server := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "meshed"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "web", Image: suite.testImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", "mkdir -p /www && echo meshctl-e2e-meshed > /www/index.html && exec httpd -f -p 8080 -h /www"},
+			}}},
+		}
+		_, err = cs.CoreV1().Pods("meshed").Create(ctx, server, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		var ip string
+		Eventually(func(g Gomega) {
+			p, err := cs.CoreV1().Pods("meshed").Get(ctx, "web", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "%+v", p.Status)
+			ip = p.Status.PodIP
+		}).WithTimeout(2 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
+
+		client := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "client", Namespace: "meshed"},
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
+				Name: "main", Image: suite.testImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", "for i in 1 2 3 4 5; do printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 " + ip + " 8080 && exit 0; sleep 2; done; exit 1"},
+			}}},
+		}
+		_, err = cs.CoreV1().Pods("meshed").Create(ctx, client, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			p, err := cs.CoreV1().Pods("meshed").Get(ctx, "client", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(p.Status.Phase).NotTo(Equal(corev1.PodFailed), "client failed")
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "%+v", p.Status)
+		}).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
+		logs, err := cs.CoreV1().Pods("meshed").GetLogs("client", &corev1.PodLogOptions{}).DoRaw(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(logs)).To(ContainSubstring("meshctl-e2e-meshed"))
+
+		// The proxy on the client's node opened an outbound HBONE tunnel.
+		p, err := cs.CoreV1().Pods("meshed").Get(ctx, "client", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		proxies, err := cs.CoreV1().Pods("istio-system").List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/name=meshctl-proxy", FieldSelector: "spec.nodeName=" + p.Spec.NodeName})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(proxies.Items).To(HaveLen(1))
+		metrics, err := docker("exec", p.Spec.NodeName, "curl", "-s", "http://"+proxies.Items[0].Status.PodIP+":15020/metrics")
+		Expect(err).NotTo(HaveOccurred(), metrics)
+		Expect(metrics).To(MatchRegexp(`meshctl_hbone_connections_opened_total\{direction="outbound"\} [1-9]`))
 	})
 })
