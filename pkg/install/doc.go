@@ -2,5 +2,7 @@
 // parts are subpackages, one public type each: values renders every
 // cluster's Helm values (meshNetworks, multiCluster), meshca creates the
 // environment's shared root CA and per-cluster intermediates (Istio's
-// cacerts); installing meshctl's embedded charts comes later.
+// cacerts), image builds the dataplane image from meshctl's own binary and
+// side-loads it into the nodes, charts embeds meshctl's Helm charts and
+// installer installs them into every cluster with the Helm SDK.
 package install

@@ -69,6 +69,8 @@ var _ = BeforeSuite(func() {
 	suite.artifacts = envOr("MESHCTL_E2E_ARTIFACTS", filepath.Join(dir, "artifacts"))
 	suite.meshctl = filepath.Join(dir, "meshctl")
 	build := exec.Command("go", "build", "-o", suite.meshctl, "../../cmd/meshctl")
+	// Static, as `make build` builds it: the dataplane image is this binary.
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "building meshctl: %s", out)
 })

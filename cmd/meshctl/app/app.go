@@ -115,6 +115,9 @@ Flags win over environment variables, which win over the config file.`,
 		newValuesCommand(g),
 		newCACommand(g),
 		newVersionCommand(g),
+		newInstallCommand(g),
+		newUninstallCommand(g),
+		newDataplaneCommand(g),
 	)
 	return root
 }

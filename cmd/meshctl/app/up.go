@@ -62,7 +62,18 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 					return fmt.Errorf("clusters are up, but installing remote secrets failed (rerun `meshctl connect`): %w", err)
 				}
 			}
-			return print(g.streams.Out, format, out, func(w io.Writer) error { return printUpOutput(w, out) })
+			if g.settings.GetBool("install") {
+				if out.Install, err = g.install(cmd, plan); err != nil {
+					return fmt.Errorf("clusters are up, but installing the dataplane failed (rerun `meshctl install`): %w", err)
+				}
+			}
+			if err := print(g.streams.Out, format, out, func(w io.Writer) error { return printUp(w, out) }); err != nil {
+				return err
+			}
+			if out.Install != nil {
+				return out.Install.err()
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -77,6 +88,9 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 	f.Bool("connect", true, "route pods and services between clusters on the same network (as meshctl connect does)")
 	f.Bool("cacerts", true, "give each cluster its intermediate of the environment's shared root CA (istio-system/cacerts; files as meshctl ca makes them)")
 	f.Bool("remote-secrets", true, "install Istio remote secrets, so that each control plane reads the other clusters (as meshctl connect does)")
+	f.Bool("install", true, "install meshctl's CNI and HBONE dataplane (as meshctl install does; --install-timeout and the values flags apply)")
+	addInstallFlags(f)
+	addValuesFlags(f)
 	f.Bool("registry", true, "run a local registry (localhost:<registry-port>) that every node pulls from")
 	f.String("registry-name", cluster.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")
 	f.String("registry-image", cluster.DefaultRegistryImage, "image of the local registry container")
@@ -178,7 +192,16 @@ func printPlan(w io.Writer, p *cluster.Plan) error {
 	return nil
 }
 
-func printUp(w io.Writer, r *cluster.UpResult) error {
+// upOutput is what up prints: the clusters, the remote secrets and, with
+// --install, the install report.
+type upOutput struct {
+	*cluster.UpResult
+	withRemoteSecrets
+	Install *installReport `json:"install,omitempty"`
+}
+
+func printUp(w io.Writer, out upOutput) error {
+	r := out.UpResult
 	if r.Registry != nil {
 		fmt.Fprintf(w, "Registry %s at %s (%s)\n", r.Registry.Name, r.Registry.Host, r.Registry.Action)
 	}
@@ -187,22 +210,18 @@ func printUp(w io.Writer, r *cluster.UpResult) error {
 	for _, c := range r.Clusters {
 		tw.row(c.Name, kindNameOrExisting(c.KindName), c.Network, c.Action, c.Kubeconfig)
 	}
-	return tw.flush()
-}
-
-// upOutput is what up reports: the clusters, and the remote secrets.
-type upOutput struct {
-	*cluster.UpResult
-	withRemoteSecrets
-}
-
-func printUpOutput(w io.Writer, out upOutput) error {
-	if err := printUp(w, out.UpResult); err != nil {
+	if err := tw.flush(); err != nil {
 		return err
 	}
-	if out.RemoteSecrets == nil || len(out.RemoteSecrets.Secrets) == 0 {
-		return nil
+	if out.RemoteSecrets != nil && len(out.RemoteSecrets.Secrets) > 0 {
+		fmt.Fprintln(w)
+		if err := printRemoteSecrets(w, out.RemoteSecrets); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintln(w)
-	return printRemoteSecrets(w, out.RemoteSecrets)
+	if out.Install != nil {
+		fmt.Fprintln(w)
+		return printInstall(w, out.Install)
+	}
+	return nil
 }

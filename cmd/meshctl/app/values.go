@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
@@ -51,21 +50,9 @@ headed by a comment naming it; -o json prints one object keyed by cluster.`,
 			if err != nil {
 				return err
 			}
-			files := g.stringArray(cmd, "values")
-			sets := g.stringArray(cmd, "set")
-			gws := g.stringArray(cmd, "gateway-address")
-			opts := []values.Option{
-				values.WithProfile(g.settings.GetString("profile")),
-				values.WithMeshID(g.settings.GetString("mesh-id")),
-				values.WithFiles(files...),
-				values.WithSet(sets...),
-			}
-			for _, gw := range gws {
-				network, addr, ok := strings.Cut(gw, "=")
-				if !ok || network == "" || addr == "" {
-					return fmt.Errorf("--gateway-address %q: want NETWORK=ADDRESS", gw)
-				}
-				opts = append(opts, values.WithGatewayAddress(network, addr))
+			opts, err := g.valuesOptions(cmd)
+			if err != nil {
+				return err
 			}
 			var only []string
 			if c := g.settings.GetString("cluster"); c != "" {
@@ -84,11 +71,7 @@ headed by a comment naming it; -o json prints one object keyed by cluster.`,
 	f := cmd.Flags()
 	addPlanFlags(f)
 	f.String("cluster", "", "only this cluster (default: every cluster)")
-	f.StringArrayP("values", "f", nil, "values file to merge, as helm -f (repeatable; later files win)")
-	f.StringArray("set", nil, "value to set, as helm --set: a.b=1,c={x,y} (repeatable; applied after every file)")
-	f.String("profile", values.DefaultProfile, "values profile (values/<name>.yaml), e.g. default or ambient")
-	f.String("mesh-id", values.DefaultMeshID, "global.meshID")
-	f.StringArray("gateway-address", nil, "known address of a network's east-west gateway, NETWORK=ADDRESS (repeatable): used instead of the gateway service")
+	addValuesFlags(f)
 	f.StringP("output", "o", outputYAML, "output format: yaml or json")
 	return cmd
 }

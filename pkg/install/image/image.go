@@ -1,0 +1,263 @@
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/meshctl/meshctl/pkg/version"
+)
+
+// Defaults and the paths inside the image.
+const (
+	DefaultRepository = "meshctl/dataplane"
+	BinaryPath        = "/usr/local/bin/meshctl"
+	// CNIPath is the same binary under the name the CNI runtime runs it by
+	// (main dispatches on argv[0]); install-cni copies it to the host.
+	CNIPath = "/usr/local/bin/meshctl-cni"
+)
+
+// epoch is every timestamp in the image: a reproducible build must not
+// depend on when it ran.
+var epoch = time.Unix(0, 0).UTC()
+
+// Image is the dataplane image, built in memory.
+type Image struct {
+	binary string
+	repo   string
+	tag    string
+
+	ref  name.Tag
+	img  v1.Image
+	arch string
+}
+
+// Option configures an Image.
+type Option func(*Image)
+
+// WithBinary packages this file (default: the running executable).
+func WithBinary(path string) Option { return func(i *Image) { i.binary = path } }
+
+// WithRepository names the image (default meshctl/dataplane).
+func WithRepository(repo string) Option { return func(i *Image) { i.repo = repo } }
+
+// WithTag tags the image (default: meshctl's version).
+func WithTag(tag string) Option { return func(i *Image) { i.tag = tag } }
+
+// New reads and checks the binary and builds the image.
+func New(opts ...Option) (*Image, error) {
+	i := &Image{repo: DefaultRepository, tag: Tag(version.String())}
+	for _, o := range opts {
+		o(i)
+	}
+	if i.binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("dataplane image: finding own binary: %w", err)
+		}
+		i.binary = exe
+	}
+	ref, err := name.NewTag(i.repo+":"+i.tag, name.WithDefaultRegistry(""))
+	if err != nil {
+		return nil, fmt.Errorf("dataplane image: bad name %s:%s: %w", i.repo, i.tag, err)
+	}
+	i.ref = ref
+	if i.arch, err = checkStatic(i.binary); err != nil {
+		return nil, err
+	}
+	bin, err := os.ReadFile(i.binary)
+	if err != nil {
+		return nil, fmt.Errorf("dataplane image: %w", err)
+	}
+	layer, err := layerTar(bin)
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.AppendLayers(empty.Image, static.NewLayer(layer, types.OCIUncompressedLayer))
+	if err != nil {
+		return nil, fmt.Errorf("dataplane image: %w", err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("dataplane image: %w", err)
+	}
+	cfg = cfg.DeepCopy()
+	cfg.Architecture, cfg.OS = i.arch, "linux"
+	cfg.Created = v1.Time{Time: epoch}
+	cfg.Config = v1.Config{
+		Entrypoint: []string{BinaryPath},
+		Env:        []string{"PATH=/usr/local/bin"},
+		WorkingDir: "/",
+		Labels: map[string]string{
+			"org.opencontainers.image.title":   "meshctl dataplane",
+			"org.opencontainers.image.version": version.String(),
+		},
+	}
+	cfg.History = []v1.History{{Created: v1.Time{Time: epoch}, CreatedBy: "meshctl: " + BinaryPath}}
+	if i.img, err = mutate.ConfigFile(img, cfg); err != nil {
+		return nil, fmt.Errorf("dataplane image: %w", err)
+	}
+	return i, nil
+}
+
+// Tag turns a version into an image tag: characters a tag may not have
+// (a semver's "+build", say) become "-".
+func Tag(v string) string {
+	t := regexp.MustCompile(`[^A-Za-z0-9_.-]`).ReplaceAllString(v, "-")
+	t = strings.TrimLeft(t, ".-")
+	if t == "" {
+		t = "dev"
+	}
+	return t[:min(len(t), 128)]
+}
+
+// Ref is the image's name, e.g. meshctl/dataplane:v0.1.0.
+func (i *Image) Ref() string { return i.ref.RepositoryStr() + ":" + i.ref.TagStr() }
+
+// Repository and TagName are Ref's two parts, as Helm values want them.
+func (i *Image) Repository() string { return i.ref.RepositoryStr() }
+
+// TagName is the image's tag.
+func (i *Image) TagName() string { return i.ref.TagStr() }
+
+// ID is the digest of the image's config, what containerd and Docker call
+// the image ID: it changes exactly when the content does.
+func (i *Image) ID() (string, error) {
+	h, err := i.img.ConfigName()
+	if err != nil {
+		return "", fmt.Errorf("dataplane image ID: %w", err)
+	}
+	return h.String(), nil
+}
+
+// Architecture is the binary's, hence the image's, GOARCH.
+func (i *Image) Architecture() string { return i.arch }
+
+// Binary is the file packaged.
+func (i *Image) Binary() string { return i.binary }
+
+// V1 is the image for go-containerregistry (tests inspect it).
+func (i *Image) V1() v1.Image { return i.img }
+
+// WriteTarball writes the image as a docker-archive (`docker save`'s
+// format), which both `docker load` and `ctr images import` read.
+func (i *Image) WriteTarball(w io.Writer) error {
+	if err := tarball.Write(i.ref, i.img, w); err != nil {
+		return fmt.Errorf("writing %s: %w", i.Ref(), err)
+	}
+	return nil
+}
+
+// Executor runs a command on a node of a kind cluster with stdin;
+// *cluster.Provider is one.
+type Executor interface {
+	Exec(ctx context.Context, kindName, node string, stdin []byte, argv ...string) error
+}
+
+// Node is one node of a kind cluster.
+type Node struct {
+	Cluster string // kind cluster name
+	Name    string // node (container) name
+}
+
+// importScript imports a docker-archive from stdin into the CRI's
+// containerd namespace, unpacked for the snapshotter the CRI uses (as
+// `kind load` does; overlayfs unless the node's config says otherwise), so
+// the kubelet finds it and never tries to pull.
+const importScript = `snap=$(containerd config dump 2>/dev/null | awk -F'"' '/^[[:space:]]*snapshotter = /{print $2; exit}')
+exec ctr --namespace=k8s.io images import --all-platforms --digests --snapshotter="${snap:-overlayfs}" -`
+
+// Load side-loads the image into every node, all in parallel, and returns
+// every node's failure, each naming its cluster and node.
+func (i *Image) Load(ctx context.Context, exec Executor, nodes ...Node) error {
+	var buf bytes.Buffer
+	if err := i.WriteTarball(&buf); err != nil {
+		return err
+	}
+	archive := buf.Bytes() // shared, read-only: one copy whatever the node count
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for n, node := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := exec.Exec(ctx, node.Cluster, node.Name, archive, "sh", "-c", importScript); err != nil {
+				errs[n] = fmt.Errorf("loading %s into node %s of cluster %s: %w", i.Ref(), node.Name, node.Cluster, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// layerTar is the image's only layer: the directories, the binary and the
+// plugin's name for it, every header fixed so the digest depends only on
+// the binary.
+func layerTar(bin []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	hdrs := []*tar.Header{
+		{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777},
+		{Typeflag: tar.TypeDir, Name: "usr/", Mode: 0o755},
+		{Typeflag: tar.TypeDir, Name: "usr/local/", Mode: 0o755},
+		{Typeflag: tar.TypeDir, Name: "usr/local/bin/", Mode: 0o755},
+		{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(BinaryPath, "/"), Mode: 0o755, Size: int64(len(bin))},
+		{Typeflag: tar.TypeSymlink, Name: strings.TrimPrefix(CNIPath, "/"), Linkname: "meshctl", Mode: 0o777},
+	}
+	for _, h := range hdrs {
+		h.ModTime, h.Format = epoch, tar.FormatPAX
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, fmt.Errorf("dataplane image layer: %w", err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(bin); err != nil {
+				return nil, fmt.Errorf("dataplane image layer: %w", err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("dataplane image layer: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// checkStatic returns the GOARCH of a static Linux executable, and an error
+// saying what to do for anything else: a dynamically linked binary (cgo)
+// would fail in the image with a baffling "no such file or directory".
+func checkStatic(path string) (string, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("dataplane image: %s is not a Linux executable (%w): the dataplane runs in Linux nodes; build meshctl for linux (GOOS=linux CGO_ENABLED=0) and pass it with --dataplane-binary", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return "", fmt.Errorf("dataplane image: %s is dynamically linked (built with cgo), but the image has no C library: rebuild with CGO_ENABLED=0 (as `make build` does) or pass a static binary with --dataplane-binary", path)
+		}
+	}
+	arch, ok := map[elf.Machine]string{
+		elf.EM_X86_64: "amd64", elf.EM_AARCH64: "arm64", elf.EM_386: "386", elf.EM_ARM: "arm",
+		elf.EM_PPC64: "ppc64le", elf.EM_S390: "s390x", elf.EM_RISCV: "riscv64",
+	}[f.Machine]
+	if !ok {
+		return "", fmt.Errorf("dataplane image: %s is for machine %s, which meshctl does not package", path, f.Machine)
+	}
+	return arch, nil
+}

@@ -1,0 +1,276 @@
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// staticBinary builds a tiny static Linux program that prints its argv[0]
+// and arguments: real input for New, runnable in the image.
+func staticBinary(t *testing.T) string {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("builds a Linux binary and reads it as the image's")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(src, []byte(`package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+func main() { fmt.Println("hello from", filepath.Base(os.Args[0]), os.Args[1:]) }
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "meshctl")
+	cmd := exec.Command("go", "build", "-o", out, src)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOFLAGS=")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building a static test binary: %v\n%s", err, b)
+	}
+	return out
+}
+
+func TestImageContent(t *testing.T) {
+	t.Parallel()
+	bin := staticBinary(t)
+	want, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := New(WithBinary(bin), WithTag("v1.2.3-dirty"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := img.Ref(); got != "meshctl/dataplane:v1.2.3-dirty" {
+		t.Errorf("Ref() = %q", got)
+	}
+	layers, err := img.V1().Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(layers) != 1 {
+		t.Fatalf("%d layers, want 1", len(layers))
+	}
+	if mt, _ := layers[0].MediaType(); mt != types.OCIUncompressedLayer {
+		t.Errorf("layer media type %s", mt)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	files := map[string]*tar.Header{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name] = h
+		if h.Name == "usr/local/bin/meshctl" {
+			got, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Error("the image's /usr/local/bin/meshctl differs from the binary")
+			}
+		}
+	}
+	bh := files["usr/local/bin/meshctl"]
+	if bh == nil || bh.Mode != 0o755 || bh.Typeflag != tar.TypeReg {
+		t.Errorf("binary header %+v", bh)
+	}
+	if h := files["usr/local/bin/meshctl-cni"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "meshctl" {
+		t.Errorf("meshctl-cni header %+v, want a symlink to meshctl", h)
+	}
+	if h := files["tmp/"]; h == nil || h.Mode != 0o1777 {
+		t.Errorf("tmp/ header %+v", h)
+	}
+	for n, h := range files {
+		if !h.ModTime.Equal(epoch) || h.Uid != 0 || h.Gid != 0 {
+			t.Errorf("%s: mtime %v uid %d gid %d: not reproducible", n, h.ModTime, h.Uid, h.Gid)
+		}
+	}
+
+	cfg, err := img.V1().ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.OS != "linux" || cfg.Architecture != runtime.GOARCH {
+		t.Errorf("platform %s/%s, want linux/%s", cfg.OS, cfg.Architecture, runtime.GOARCH)
+	}
+	if strings.Join(cfg.Config.Entrypoint, " ") != BinaryPath || len(cfg.Config.Cmd) != 0 {
+		t.Errorf("entrypoint %q cmd %q", cfg.Config.Entrypoint, cfg.Config.Cmd)
+	}
+	if !cfg.Created.Time.Equal(epoch) {
+		t.Errorf("created %v", cfg.Created)
+	}
+	if len(cfg.RootFS.DiffIDs) != 1 {
+		t.Errorf("rootfs diff IDs %v", cfg.RootFS.DiffIDs)
+	}
+
+	// Same binary, same image: what makes a re-install a no-op.
+	again, err := New(WithBinary(bin), WithTag("v1.2.3-dirty"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id1, _ := img.ID()
+	id2, _ := again.ID()
+	if id1 == "" || id1 != id2 {
+		t.Errorf("image IDs %q and %q: the build is not reproducible", id1, id2)
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	t.Parallel()
+	text := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(text, []byte("#!/bin/sh\necho hi\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, binary, want string
+	}{
+		{"missing", filepath.Join(t.TempDir(), "nope"), "not a Linux executable"},
+		{"script", text, "not a Linux executable"},
+	}
+	// A real dynamically linked executable, where the system has one.
+	for _, p := range []string{"/bin/ls", "/usr/bin/env"} {
+		if f, err := os.Stat(p); err == nil && f.Mode().IsRegular() {
+			tests = append(tests, struct{ name, binary, want string }{"dynamic", p, "CGO_ENABLED=0"})
+			break
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(WithBinary(tt.binary))
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), tt.binary) {
+				t.Fatalf("New(%s) = %v, want an error naming the file and saying %q", tt.binary, err, tt.want)
+			}
+		})
+	}
+	if _, err := New(WithBinary(text), WithRepository("UPPER/case")); err == nil || !strings.Contains(err.Error(), "UPPER/case") {
+		t.Errorf("bad repository: %v", err)
+	}
+}
+
+func TestTag(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"v0.1.0": "v0.1.0", "dev": "dev", "v1.0.0+abc": "v1.0.0-abc", "e60da23-dirty": "e60da23-dirty",
+		"": "dev", "-x": "x", strings.Repeat("a", 200): strings.Repeat("a", 128),
+	} {
+		if got := Tag(in); got != want {
+			t.Errorf("Tag(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+type recorder struct {
+	mu    sync.Mutex
+	calls map[string][]byte
+	argv  []string
+	fail  map[string]bool
+}
+
+func (r *recorder) Exec(_ context.Context, kindName, node string, stdin []byte, argv ...string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls[kindName+"/"+node] = stdin
+	r.argv = argv
+	if r.fail[node] {
+		return errors.New("ctr: boom")
+	}
+	return nil
+}
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+	img, err := New(WithBinary(staticBinary(t)), WithTag("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{calls: map[string][]byte{}, fail: map[string]bool{"c2-control-plane": true}}
+	err = img.Load(context.Background(), r,
+		Node{Cluster: "c1", Name: "c1-control-plane"}, Node{Cluster: "c1", Name: "c1-worker"}, Node{Cluster: "c2", Name: "c2-control-plane"})
+	if err == nil || !strings.Contains(err.Error(), "node c2-control-plane of cluster c2") || strings.Contains(err.Error(), "c1-worker") {
+		t.Fatalf("Load error %v, want only c2-control-plane's failure, named", err)
+	}
+	if len(r.calls) != 3 {
+		t.Fatalf("exec'd on %d nodes, want 3", len(r.calls))
+	}
+	if got := strings.Join(r.argv, " "); !strings.Contains(got, "ctr --namespace=k8s.io images import") || !strings.HasSuffix(got, " -") {
+		t.Errorf("argv %q", got)
+	}
+	// What each node received is a docker-archive holding exactly this image.
+	want, _ := img.ID()
+	for n, archive := range r.calls {
+		got, err := tarball.Image(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(archive)), nil }, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		if id, _ := got.ConfigName(); id.String() != want {
+			t.Errorf("%s got image %s, want %s", n, id, want)
+		}
+	}
+}
+
+// TestIntegrationDockerRun loads the image into the local Docker engine and
+// runs it: the entrypoint, the binary and the meshctl-cni name all work in a
+// real container runtime.
+func TestIntegrationDockerRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration: runs a container")
+	}
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		t.Skip("no Docker engine answers:", err)
+	}
+	img, err := New(WithBinary(staticBinary(t)), WithRepository("meshctl-test/dataplane"), WithTag(filepath.Base(t.TempDir())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := img.WriteTarball(&buf); err != nil {
+		t.Fatal(err)
+	}
+	load := exec.Command("docker", "load")
+	load.Stdin = &buf
+	if out, err := load.CombinedOutput(); err != nil {
+		t.Fatalf("docker load: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", img.Ref()).Run() })
+	out, err := exec.Command("docker", "run", "--rm", "--network=none", img.Ref(), "dataplane", "proxy").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "hello from meshctl [dataplane proxy]" {
+		t.Errorf("docker run %s: %v: %q", img.Ref(), err, out)
+	}
+	out, err = exec.Command("docker", "run", "--rm", "--network=none", "--entrypoint", CNIPath, img.Ref()).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "hello from meshctl-cni []" {
+		t.Errorf("docker run --entrypoint %s: %v: %q", CNIPath, err, out)
+	}
+	inspect, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", img.Ref()).Output()
+	if id, _ := img.ID(); err != nil || strings.TrimSpace(string(inspect)) != id {
+		t.Errorf("docker's image ID %q (%v), want %s", inspect, err, id)
+	}
+}

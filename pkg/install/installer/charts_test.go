@@ -1,0 +1,230 @@
+package installer
+
+import (
+	"bytes"
+	"flag"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/strvals"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/install/charts"
+	"github.com/meshctl/meshctl/pkg/install/values"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+const golden = "../../../testdata/golden"
+
+// clusterValues are one cluster's values as meshctl computes them: the
+// values renderer's for a two-network plan, plus the image and mesh CIDRs.
+func clusterValues(t *testing.T, name string, sets ...string) map[string]any {
+	t.Helper()
+	plan, err := cluster.NewPlan(cluster.Request{Env: "golden", Clusters: 2, Networks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := values.New(values.WithProfile("ambient")).Render(plan, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := out[0].Values
+	v["image"] = map[string]any{"repository": "meshctl/dataplane", "tag": "v0.0.0-golden", "id": "sha256:0123456789abcdef"}
+	v["proxy"] = map[string]any{"meshCIDRs": []any{"10.10.0.0/16"}}
+	for _, s := range sets { // as --set: over everything else
+		if err := strvals.ParseInto(s, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return v
+}
+
+// writeCharts copies the embedded charts to a directory, for Helm's lint
+// action, which reads charts from disk as `helm lint` does.
+func writeCharts(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	err := fs.WalkDir(charts.FS, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dir, p), 0o755)
+		}
+		data, err := fs.ReadFile(charts.FS, p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, p), data, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestChartsLint is `helm lint --strict` of each chart, with its defaults
+// and with a cluster's values: no error, no warning.
+func TestChartsLint(t *testing.T) {
+	t.Parallel()
+	dir := writeCharts(t)
+	for _, name := range charts.Names {
+		for _, vals := range []map[string]any{nil, clusterValues(t, "cluster2")} {
+			l := action.NewLint()
+			l.Strict, l.Namespace = true, "istio-system"
+			res := l.Run([]string{filepath.Join(dir, name)}, vals)
+			for _, m := range res.Messages {
+				if m.Severity > support.InfoSev {
+					t.Errorf("%s: %s", name, m)
+				}
+			}
+			for _, err := range res.Errors {
+				t.Errorf("%s: %v", name, err)
+			}
+			if res.TotalChartsLinted != 1 {
+				t.Errorf("%s: linted %d charts", name, res.TotalChartsLinted)
+			}
+		}
+	}
+}
+
+// TestChartsShareValues: both charts take one cluster's values, so their
+// defaults and schemas must not drift apart.
+func TestChartsShareValues(t *testing.T) {
+	t.Parallel()
+	for _, f := range []string{"values.yaml", "values.schema.json", "templates/_helpers.tpl"} {
+		first, err := fs.ReadFile(charts.FS, charts.Names[0]+"/"+f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range charts.Names[1:] {
+			other, err := fs.ReadFile(charts.FS, n+"/"+f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(first, other) {
+				t.Errorf("%s differs between %s and %s", f, charts.Names[0], n)
+			}
+		}
+	}
+}
+
+func TestRenderGolden(t *testing.T) {
+	t.Parallel()
+	out, err := New().Render(clusterValues(t, "cluster2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range charts.Names {
+		checkGolden(t, "charts-"+name+".yaml", out[name])
+	}
+	// Spot checks a golden file could hide in a rewrite.
+	all := out["meshctl-cni"] + out["meshctl-dataplane"]
+	for _, want := range []string{
+		`image: "meshctl/dataplane:v0.0.0-golden"`,
+		`meshctl.dev/image-id: "sha256:0123456789abcdef"`,
+		`topology.istio.io/cluster: "cluster2"`,
+		`topology.istio.io/network: "network-2"`,
+		"--exclude-namespaces=kube-system,istio-system",
+		"--mesh-cidrs=10.10.0.0/16",
+		"--proxy-users=system:serviceaccount:istio-system:meshctl-proxy",
+		`resourceNames: ["meshctl.dev/workload"]`,
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("rendered manifests lack %q", want)
+		}
+	}
+	// The manifests are Kubernetes objects, not just YAML.
+	for _, doc := range strings.Split(out["meshctl-cni"], "\n---\n") {
+		if strings.Contains(doc, "kind: DaemonSet") {
+			var ds appsv1.DaemonSet
+			if err := yaml.UnmarshalStrict([]byte(strings.TrimPrefix(doc, "---\n")), &ds); err != nil {
+				t.Fatalf("DaemonSet: %v", err)
+			}
+			if len(ds.Spec.Template.Spec.Containers) != 2 || !ds.Spec.Template.Spec.HostNetwork {
+				t.Errorf("cni DaemonSet: %d containers, hostNetwork %v", len(ds.Spec.Template.Spec.Containers), ds.Spec.Template.Spec.HostNetwork)
+			}
+		}
+	}
+}
+
+func TestRenderDebugAndNamespace(t *testing.T) {
+	t.Parallel()
+	v := clusterValues(t, "cluster1", "global.logging.level=debug", "global.istioNamespace=mesh")
+	out, err := New().Render(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := out["meshctl-cni"] + out["meshctl-dataplane"]
+	if strings.Count(all, "- --verbosity=2") != 4 {
+		t.Errorf("debug logging: %d of 4 containers have --verbosity=2", strings.Count(all, "- --verbosity=2"))
+	}
+	if !strings.Contains(all, "namespace: mesh\n") || strings.Contains(all, "namespace: istio-system") {
+		t.Error("global.istioNamespace does not move the charts")
+	}
+}
+
+func TestValidateNamesClusterAndKey(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		sets []string
+		want []string
+	}{
+		{"unknown global key", []string{"global.meshId=typo"}, []string{`cluster "cluster1"`, "meshId"}},
+		{"unknown top-level key", []string{"dataplane.enabled=true"}, []string{"dataplane"}},
+		{"wrong type", []string{"signer.replicas=two"}, []string{"/signer/replicas"}},
+		{"bad enum", []string{"image.pullPolicy=Sometimes"}, []string{"/image/pullPolicy"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := New().Validate(Target{Cluster: "cluster1", Kubeconfig: "x", Values: clusterValues(t, "cluster1", tt.sets...)})
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+	// Istio's own sections pass through: the same values feed Istio's charts.
+	if err := New().Validate(Target{Cluster: "c", Kubeconfig: "x", Values: clusterValues(t, "cluster1", "pilot.env.FOO=bar", "meshConfig.accessLogFile=/dev/stdout")}); err != nil {
+		t.Errorf("Istio passthrough values: %v", err)
+	}
+}
+
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join(golden, name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs from the golden file (rerun with -update and review the diff):\n%s", name, got)
+	}
+}
+
+func TestShorten(t *testing.T) {
+	t.Parallel()
+	long := `cannot patch "meshctl-proxy" with kind DaemonSet: patch: Invalid value: "{\"a\":\"` + strings.Repeat("x", 300) + `\"}": quantities must match`
+	if got := shorten(long); got != `cannot patch "meshctl-proxy" with kind DaemonSet: patch: Invalid value: "…": quantities must match` {
+		t.Errorf("shorten: %s", got)
+	}
+}

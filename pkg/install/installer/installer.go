@@ -1,0 +1,483 @@
+package installer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshctl/meshctl/pkg/install/charts"
+)
+
+// Release actions reported per chart and cluster.
+const (
+	ActionInstalled   = "installed"
+	ActionUpgraded    = "upgraded"
+	ActionUnchanged   = "unchanged"
+	ActionRolledBack  = "rolled back"
+	ActionUninstalled = "uninstalled"
+	ActionAbsent      = "not installed"
+	ActionFailed      = "failed"
+	ActionSkipped     = "skipped"
+)
+
+// DefaultNamespace is where the charts go unless the values'
+// global.istioNamespace says otherwise.
+const DefaultNamespace = "istio-system"
+
+// DefaultTimeout bounds each release's install or upgrade, wait included.
+const DefaultTimeout = 5 * time.Minute
+
+// Installer installs and uninstalls the charts.
+type Installer struct {
+	fsys    fs.FS
+	names   []string
+	timeout time.Duration
+	wait    bool
+	debug   func(format string, v ...any)
+}
+
+// Option configures an Installer.
+type Option func(*Installer)
+
+// WithCharts replaces the embedded charts: fsys holds one directory per
+// chart, installed in the order of names.
+func WithCharts(fsys fs.FS, names ...string) Option {
+	return func(i *Installer) { i.fsys, i.names = fsys, names }
+}
+
+// WithTimeout bounds each release's install or upgrade (default 5m).
+func WithTimeout(d time.Duration) Option { return func(i *Installer) { i.timeout = d } }
+
+// WithWait waits for every workload to be ready before a release counts as
+// installed (default true). Without a kubelet (an API server alone, in
+// tests) nothing ever becomes ready: there it must be off.
+func WithWait(b bool) Option { return func(i *Installer) { i.wait = b } }
+
+// WithDebug receives Helm's debug log.
+func WithDebug(f func(format string, v ...any)) Option { return func(i *Installer) { i.debug = f } }
+
+// New returns an Installer of the embedded charts.
+func New(opts ...Option) *Installer {
+	i := &Installer{fsys: charts.FS, names: charts.Names, timeout: DefaultTimeout, wait: true,
+		debug: func(string, ...any) {}}
+	for _, o := range opts {
+		o(i)
+	}
+	return i
+}
+
+// Target is one cluster to install into.
+type Target struct {
+	Cluster    string         // the cluster's mesh name, for reports
+	Kubeconfig string         // path of its kubeconfig
+	Values     map[string]any // its values (values.Renderer's, plus the image)
+}
+
+// Result is every cluster's outcome, in the order of the targets.
+type Result struct {
+	Clusters []ClusterResult `json:"clusters"`
+}
+
+// ClusterResult is one cluster's outcome.
+type ClusterResult struct {
+	Cluster   string          `json:"cluster"`
+	Namespace string          `json:"namespace"`
+	Releases  []ReleaseResult `json:"releases"`
+	Error     string          `json:"error,omitempty"`
+}
+
+// ReleaseResult is one chart's outcome in one cluster.
+type ReleaseResult struct {
+	Name     string `json:"name"`
+	Chart    string `json:"chart"`
+	Action   string `json:"action"`
+	Revision int    `json:"revision,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// Failed reports whether any cluster failed.
+func (r *Result) Failed() bool {
+	for _, c := range r.Clusters {
+		if c.Error != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Charts loads the charts, in install order.
+func (i *Installer) Charts() ([]*chart.Chart, error) {
+	out := make([]*chart.Chart, 0, len(i.names))
+	for _, n := range i.names {
+		var files []*loader.BufferedFile
+		err := fs.WalkDir(i.fsys, n, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			data, err := fs.ReadFile(i.fsys, p)
+			if err != nil {
+				return err
+			}
+			files = append(files, &loader.BufferedFile{Name: strings.TrimPrefix(p, n+"/"), Data: data})
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("reading chart %s: %w", n, err)
+		}
+		c, err := loader.LoadFiles(files)
+		if err != nil {
+			return nil, fmt.Errorf("loading chart %s: %w", n, err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Namespace is where values put the charts: global.istioNamespace.
+func Namespace(values map[string]any) string {
+	if g, ok := values["global"].(map[string]any); ok {
+		if ns, ok := g["istioNamespace"].(string); ok && ns != "" {
+			return ns
+		}
+	}
+	return DefaultNamespace
+}
+
+// Render renders every chart with a cluster's values, as an install would,
+// without a cluster: chart name → manifest (documents sorted by file name).
+func (i *Installer) Render(values map[string]any) (map[string]string, error) {
+	cs, err := i.Charts()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, c := range cs {
+		opts := chartutil.ReleaseOptions{Name: c.Name(), Namespace: Namespace(values), Revision: 1, IsInstall: true}
+		vals, err := chartutil.ToRenderValues(c, values, opts, chartutil.DefaultCapabilities)
+		if err != nil {
+			return nil, fmt.Errorf("chart %s: %w", c.Name(), err)
+		}
+		files, err := engine.Render(c, vals)
+		if err != nil {
+			return nil, fmt.Errorf("rendering chart %s: %w", c.Name(), err)
+		}
+		names := make([]string, 0, len(files))
+		for n := range files {
+			if strings.HasSuffix(n, ".yaml") && strings.TrimSpace(files[n]) != "" {
+				names = append(names, n)
+			}
+		}
+		sort.Strings(names)
+		var b bytes.Buffer
+		for _, n := range names {
+			fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", n, strings.TrimSpace(files[n]))
+		}
+		out[c.Name()] = b.String()
+	}
+	return out, nil
+}
+
+// Validate checks every target's values against the charts' schemas,
+// naming the cluster and the offending key.
+func (i *Installer) Validate(targets ...Target) error {
+	cs, err := i.Charts()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range targets {
+		if t.Kubeconfig == "" {
+			errs = append(errs, fmt.Errorf("cluster %q: no kubeconfig", t.Cluster))
+		}
+		for _, c := range cs {
+			if err := validate(c, t.Values); err != nil {
+				errs = append(errs, fmt.Errorf("cluster %q: %w", t.Cluster, err))
+				break // the charts share one schema: one report per cluster
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validate(c *chart.Chart, values map[string]any) error {
+	merged, err := chartutil.CoalesceValues(c, values)
+	if err != nil {
+		return fmt.Errorf("values for chart %s: %w", c.Name(), err)
+	}
+	if err := chartutil.ValidateAgainstSchema(c, merged); err != nil {
+		return fmt.Errorf("values do not match the schema of chart %s: %w", c.Name(), err)
+	}
+	return nil
+}
+
+// reachable checks every cluster's API server answers, concurrently.
+func reachable(ctx context.Context, targets []Target) error {
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for n, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg, err := clientcmd.BuildConfigFromFlags("", t.Kubeconfig)
+			if err != nil {
+				errs[n] = fmt.Errorf("cluster %q: kubeconfig %s: %w", t.Cluster, t.Kubeconfig, err)
+				return
+			}
+			cfg.Timeout = 15 * time.Second
+			dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+			if err != nil {
+				errs[n] = fmt.Errorf("cluster %q: %w", t.Cluster, err)
+				return
+			}
+			if _, err := dc.ServerVersion(); err != nil {
+				errs[n] = fmt.Errorf("cluster %q is unreachable at %s: %w", t.Cluster, cfg.Host, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Install installs or upgrades every chart in every target, clusters in
+// parallel, charts in order within a cluster. The error is about input
+// (nothing was touched); per-cluster failures are in the result.
+func (i *Installer) Install(ctx context.Context, targets ...Target) (*Result, error) {
+	if err := i.Validate(targets...); err != nil {
+		return nil, err
+	}
+	cs, err := i.Charts()
+	if err != nil {
+		return nil, err
+	}
+	if err := reachable(ctx, targets); err != nil {
+		return nil, err
+	}
+	return i.each(targets, func(t Target, cfg *action.Configuration, ns string) []ReleaseResult {
+		var out []ReleaseResult
+		for n, c := range cs {
+			r := i.installChart(ctx, cfg, ns, c, t.Values)
+			out = append(out, r)
+			if r.Error != "" {
+				// The next chart depends on this one (the proxy on the
+				// agent): don't install it over a failure.
+				for _, rest := range cs[n+1:] {
+					out = append(out, ReleaseResult{Name: rest.Name(), Chart: chartRef(rest), Action: ActionSkipped})
+				}
+				break
+			}
+		}
+		return out
+	}), nil
+}
+
+// Uninstall removes every chart from every target, in reverse order. A
+// chart that is not installed is reported, not an error.
+func (i *Installer) Uninstall(ctx context.Context, targets ...Target) (*Result, error) {
+	for _, t := range targets {
+		if t.Kubeconfig == "" {
+			return nil, fmt.Errorf("cluster %q: no kubeconfig", t.Cluster)
+		}
+	}
+	cs, err := i.Charts()
+	if err != nil {
+		return nil, err
+	}
+	if err := reachable(ctx, targets); err != nil {
+		return nil, err
+	}
+	return i.each(targets, func(_ Target, cfg *action.Configuration, _ string) []ReleaseResult {
+		var out []ReleaseResult
+		for n := len(cs) - 1; n >= 0; n-- {
+			out = append(out, i.uninstallChart(cfg, cs[n]))
+		}
+		return out
+	}), nil
+}
+
+// each runs f for every target concurrently with a Helm configuration for
+// the target's cluster and namespace.
+func (i *Installer) each(targets []Target, f func(Target, *action.Configuration, string) []ReleaseResult) *Result {
+	res := &Result{Clusters: make([]ClusterResult, len(targets))}
+	var wg sync.WaitGroup
+	for n, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ns := Namespace(t.Values)
+			cr := ClusterResult{Cluster: t.Cluster, Namespace: ns}
+			defer func() { res.Clusters[n] = cr }()
+			cfg, err := i.helmConfig(t, ns)
+			if err != nil {
+				cr.Error = err.Error()
+				return
+			}
+			cr.Releases = f(t, cfg, ns)
+			var failed []string
+			for _, r := range cr.Releases {
+				if r.Error != "" {
+					failed = append(failed, r.Name+": "+r.Error)
+				}
+			}
+			cr.Error = strings.Join(failed, "; ")
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+func (i *Installer) helmConfig(t Target, ns string) (*action.Configuration, error) {
+	flags := genericclioptions.NewConfigFlags(false)
+	kubeconfig := t.Kubeconfig
+	flags.KubeConfig = &kubeconfig
+	flags.Namespace = &ns
+	cfg := new(action.Configuration)
+	if err := cfg.Init(flags, ns, "secret", i.debug); err != nil {
+		return nil, fmt.Errorf("cluster %q: helm: %w", t.Cluster, err)
+	}
+	return cfg, nil
+}
+
+// longQuoted is a quoted string too long to read in an error: the API
+// server quotes a whole object back in some rejections.
+var longQuoted = regexp.MustCompile(`"(?:[^"\\]|\\.){160,}"`)
+
+// shorten keeps an error readable: the cause stays, quoted objects go.
+func shorten(msg string) string {
+	return longQuoted.ReplaceAllString(msg, `"…"`)
+}
+
+func chartRef(c *chart.Chart) string { return c.Name() + "-" + c.Metadata.Version }
+
+func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration, ns string, c *chart.Chart, values map[string]any) ReleaseResult {
+	r := ReleaseResult{Name: c.Name(), Chart: chartRef(c)}
+	fail := func(action string, err error) ReleaseResult {
+		r.Action, r.Error = action, shorten(err.Error())
+		return r
+	}
+	last, err := cfg.Releases.Last(c.Name())
+	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+		return fail(ActionFailed, fmt.Errorf("reading release history: %w", err))
+	}
+	if last == nil || last.Info.Status == release.StatusUninstalled {
+		in := action.NewInstall(cfg)
+		in.ReleaseName, in.Namespace, in.CreateNamespace = c.Name(), ns, true
+		// Helm's atomic implies waiting; without waiting, undo by hand.
+		in.Atomic, in.Wait, in.Timeout = i.wait, i.wait, i.timeout
+		rel, err := in.RunWithContext(ctx, c, values)
+		if err != nil {
+			if !i.wait {
+				if _, uerr := action.NewUninstall(cfg).Run(c.Name()); uerr != nil {
+					return fail(ActionFailed, fmt.Errorf("install: %w (and removing it again: %w)", err, uerr))
+				}
+			}
+			// A failed install has been uninstalled again.
+			return fail(ActionRolledBack, fmt.Errorf("install: %w", err))
+		}
+		r.Action, r.Revision = ActionInstalled, rel.Version
+		return r
+	}
+	if unchanged, err := i.unchanged(ctx, cfg, ns, c, values, last); err != nil {
+		return fail(ActionFailed, err)
+	} else if unchanged {
+		r.Action, r.Revision = ActionUnchanged, last.Version
+		return r
+	}
+	up := i.upgrade(cfg, ns)
+	rel, err := up.RunWithContext(ctx, c.Name(), c, values)
+	if err != nil {
+		if !i.wait {
+			rb := action.NewRollback(cfg)
+			rb.Version, rb.Timeout, rb.MaxHistory = last.Version, i.timeout, up.MaxHistory
+			if rerr := rb.Run(c.Name()); rerr != nil {
+				return fail(ActionFailed, fmt.Errorf("upgrade: %w (and rolling back: %w)", err, rerr))
+			}
+		}
+		// The release is back at its previous revision.
+		return fail(ActionRolledBack, fmt.Errorf("upgrade: %w", err))
+	}
+	r.Action, r.Revision = ActionUpgraded, rel.Version
+	return r
+}
+
+func (i *Installer) upgrade(cfg *action.Configuration, ns string) *action.Upgrade {
+	up := action.NewUpgrade(cfg)
+	up.Namespace = ns
+	// Helm's atomic implies waiting; without waiting, installChart undoes
+	// a failure by hand.
+	up.Atomic, up.Wait, up.Timeout = i.wait, i.wait, i.timeout
+	// Values are always given in full: never reuse the last release's.
+	up.ResetValues = true
+	up.CleanupOnFail = true
+	up.MaxHistory = 10
+	return up
+}
+
+// unchanged reports whether the deployed release already is what an
+// upgrade would produce: same chart version, same values, same manifest.
+func (i *Installer) unchanged(ctx context.Context, cfg *action.Configuration, ns string, c *chart.Chart, values map[string]any, last *release.Release) (bool, error) {
+	if last.Info.Status != release.StatusDeployed || last.Chart == nil || last.Chart.Metadata.Version != c.Metadata.Version {
+		return false, nil
+	}
+	dry := i.upgrade(cfg, ns)
+	dry.DryRun, dry.DryRunOption = true, "client"
+	dry.Atomic, dry.Wait = false, false
+	rel, err := dry.RunWithContext(ctx, c.Name(), c, values)
+	if err != nil {
+		return false, fmt.Errorf("rendering upgrade: %w", err)
+	}
+	if rel.Manifest != last.Manifest {
+		return false, nil
+	}
+	return sameJSON(rel.Config, last.Config), nil
+}
+
+// sameJSON compares values as stored: a release's values come back
+// JSON-decoded (every number a float64), values built in memory do not.
+func sameJSON(a, b map[string]any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	if len(a) == 0 && len(b) == 0 {
+		return true
+	}
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+func (i *Installer) uninstallChart(cfg *action.Configuration, c *chart.Chart) ReleaseResult {
+	r := ReleaseResult{Name: c.Name(), Chart: chartRef(c)}
+	last, err := cfg.Releases.Last(c.Name())
+	switch {
+	case errors.Is(err, driver.ErrReleaseNotFound) || (err == nil && last.Info.Status == release.StatusUninstalled):
+		r.Action = ActionAbsent
+		return r
+	case err != nil:
+		r.Action, r.Error = ActionFailed, fmt.Sprintf("reading release history: %v", err)
+		return r
+	}
+	un := action.NewUninstall(cfg)
+	un.Wait, un.Timeout = i.wait, i.timeout
+	if _, err := un.Run(c.Name()); err != nil {
+		r.Action, r.Error = ActionFailed, fmt.Sprintf("uninstall: %v", err)
+		return r
+	}
+	r.Action, r.Revision = ActionUninstalled, last.Version
+	return r
+}
