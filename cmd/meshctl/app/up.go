@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/connect/gateway"
 )
 
 func newUpCommand(g *globals) *cobra.Command {
@@ -46,17 +47,25 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 			if err != nil {
 				return err
 			}
+			out := upResult{UpResult: res, Gateways: []gateway.ClusterResult{}}
 			if g.settings.GetBool("connect") {
-				if _, err := g.connect(cmd.Context()); err != nil {
+				conn, err := g.connect(cmd.Context())
+				if err != nil {
 					return fmt.Errorf("clusters are up, but connecting them failed (rerun `meshctl connect`): %w", err)
 				}
+				out.Gateways = conn.Gateways
 			}
 			if g.settings.GetBool("cacerts") {
 				if err := g.installCacerts(cmd.Context(), res); err != nil {
 					return fmt.Errorf("clusters are up, but installing the shared root CA failed (rerun `meshctl up`): %w", err)
 				}
 			}
-			return print(g.streams.Out, format, res, func(w io.Writer) error { return printUp(w, res) })
+			return print(g.streams.Out, format, out, func(w io.Writer) error {
+				if err := printUp(w, res); err != nil {
+					return err
+				}
+				return printGateways(w, &gateway.Result{Clusters: out.Gateways})
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -68,14 +77,22 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 	f.Bool("retain", false, "keep clusters whose creation failed, for debugging")
 	f.Bool("recreate", false, "delete and recreate existing clusters that differ from the plan")
 	f.Duration("wait", cluster.DefaultWait, "how long to wait for each control plane to be Ready")
-	f.Bool("connect", true, "route pods and services between clusters on the same network (as meshctl connect does)")
+	f.Bool("connect", true, "route pods and services between clusters on the same network, and give clusters on different networks MetalLB and an east-west gateway (as meshctl connect does)")
 	f.Bool("cacerts", true, "give each cluster its intermediate of the environment's shared root CA (istio-system/cacerts; files as meshctl ca makes them)")
 	f.Bool("registry", true, "run a local registry (localhost:<registry-port>) that every node pulls from")
 	f.String("registry-name", cluster.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")
 	f.String("registry-image", cluster.DefaultRegistryImage, "image of the local registry container")
 	f.Int("registry-port", cluster.DefaultRegistryPort, "host port of the local registry")
+	addGatewayFlags(f)
 	addOutputFlag(cmd)
 	return cmd
+}
+
+// upResult is what up reports: the clusters and, in a multi-network
+// environment, each cluster's east-west gateway.
+type upResult struct {
+	*cluster.UpResult
+	Gateways []gateway.ClusterResult `json:"gateways"`
 }
 
 // plan builds and validates the plan from flags, environment and files.

@@ -16,6 +16,10 @@ import (
 	"github.com/meshctl/meshctl/pkg/cluster"
 )
 
+// DefaultTimeout bounds, per cluster, the wait for MetalLB and then for the
+// gateway's address: a MetalLB cold start on a busy machine takes a minute.
+const DefaultTimeout = 5 * time.Minute
+
 // Source reports an environment's clusters and their kubeconfigs;
 // cluster.Provider is one.
 type Source interface {
@@ -99,7 +103,7 @@ func New(source Source, opts ...Option) *Installer {
 		poolSize:        DefaultPoolSize,
 		controllerImage: DefaultControllerImage,
 		speakerImage:    DefaultSpeakerImage,
-		timeout:         5 * time.Minute,
+		timeout:         DefaultTimeout,
 		poll:            2 * time.Second,
 		restConfig:      clientcmd.RESTConfigFromKubeConfig,
 	}
