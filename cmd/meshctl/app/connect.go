@@ -36,7 +36,11 @@ topology.istio.io/network=<network>. ` + "`up`" + ` connects the clusters it cre
 			if err != nil {
 				return err
 			}
-			res, err := g.connect(cmd.Context())
+			gwOpts, err := g.gatewayOptions()
+			if err != nil {
+				return err
+			}
+			res, err := g.connect(cmd.Context(), gwOpts)
 			if err != nil {
 				return err
 			}
@@ -58,7 +62,7 @@ type connectResult struct {
 // connect routes the clusters of each network to each other, as one status
 // step, then gives the clusters of a multi-network environment their
 // gateways.
-func (g *globals) connect(ctx context.Context) (*connectResult, error) {
+func (g *globals) connect(ctx context.Context, gwOpts []gateway.Option) (*connectResult, error) {
 	p := g.provider()
 	status := cli.NewStatus(g.logger)
 	status.Start("Connecting clusters on the same network")
@@ -67,7 +71,7 @@ func (g *globals) connect(ctx context.Context) (*connectResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	gws, err := g.gateways(ctx)
+	gws, err := g.gateways(ctx, gwOpts)
 	if err != nil {
 		return nil, err
 	}

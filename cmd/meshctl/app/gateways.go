@@ -21,21 +21,25 @@ func addGatewayFlags(f *pflag.FlagSet) {
 	f.Duration("gateway-timeout", gateway.DefaultTimeout, "per cluster, how long to wait for MetalLB to be ready and then for the east-west gateway's address")
 }
 
-// gateways gives each cluster of a multi-network environment MetalLB and an
-// east-west gateway Service, as one status step; with one network it does
-// nothing and prints nothing.
-func (g *globals) gateways(ctx context.Context) (*gateway.Result, error) {
+// gatewayOptions reads the gateway flags; commands call it before they
+// change anything, so a bad combination fails early.
+func (g *globals) gatewayOptions() ([]gateway.Option, error) {
 	s := g.settings
-	env := s.GetString("env")
 	opts := []gateway.Option{gateway.WithLogger(g.logger), gateway.WithTimeout(s.GetDuration("gateway-timeout"))}
 	if s.GetBool("metallb-upstream-images") {
 		if s.IsSet("metallb-controller-image") || s.IsSet("metallb-speaker-image") {
 			return nil, fmt.Errorf("--metallb-upstream-images and --metallb-controller-image/--metallb-speaker-image: give one or the other")
 		}
-		opts = append(opts, gateway.WithUpstreamImages())
-	} else {
-		opts = append(opts, gateway.WithImages(s.GetString("metallb-controller-image"), s.GetString("metallb-speaker-image")))
+		return append(opts, gateway.WithUpstreamImages()), nil
 	}
+	return append(opts, gateway.WithImages(s.GetString("metallb-controller-image"), s.GetString("metallb-speaker-image"))), nil
+}
+
+// gateways gives each cluster of a multi-network environment MetalLB and an
+// east-west gateway Service, as one status step; with one network it does
+// nothing and prints nothing.
+func (g *globals) gateways(ctx context.Context, opts []gateway.Option) (*gateway.Result, error) {
+	env := g.settings.GetString("env")
 	p := g.provider()
 	plans, err := p.Environment(ctx, env)
 	if err != nil {

@@ -36,6 +36,10 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 			if err != nil {
 				return err
 			}
+			gwOpts, err := g.gatewayOptions()
+			if err != nil {
+				return err
+			}
 			if g.settings.GetBool("dry-run") {
 				return print(g.streams.Out, format, newDryRun(plan), func(w io.Writer) error { return printPlan(w, plan) })
 			}
@@ -49,7 +53,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 			}
 			out := upResult{UpResult: res, Gateways: []gateway.ClusterResult{}}
 			if g.settings.GetBool("connect") {
-				conn, err := g.connect(cmd.Context())
+				conn, err := g.connect(cmd.Context(), gwOpts)
 				if err != nil {
 					return fmt.Errorf("clusters are up, but connecting them failed (rerun `meshctl connect`): %w", err)
 				}
