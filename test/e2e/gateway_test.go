@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
@@ -137,6 +141,38 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 	})
 
 	It("changes nothing when connect runs again", func() {
+		// objects MetalLB's controller also writes (CA bundles), and ours
+		objects := []schema.GroupVersionResource{
+			{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"},
+			{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+			{Group: "apps", Version: "v1", Resource: "deployments"},
+			{Group: "apps", Version: "v1", Resource: "daemonsets"},
+			{Group: "metallb.io", Version: "v1beta1", Resource: "ipaddresspools"},
+			{Version: "v1", Resource: "services"},
+		}
+		versions := func() map[string]string {
+			out := map[string]string{}
+			for _, gw := range up.Gateways {
+				cfg, err := clientcmd.BuildConfigFromFlags("", byName[gw.Cluster].Kubeconfig)
+				Expect(err).NotTo(HaveOccurred())
+				dyn := dynamic.NewForConfigOrDie(cfg)
+				for _, gvr := range objects {
+					list, err := dyn.Resource(gvr).List(context.Background(), metav1.ListOptions{})
+					Expect(err).NotTo(HaveOccurred(), "%s", gvr)
+					for _, o := range list.Items {
+						ns := o.GetNamespace()
+						if ns != "metallb-system" && ns != "istio-system" && !strings.HasSuffix(o.GetName(), "metallb.io") && !strings.HasPrefix(o.GetName(), "metallb") {
+							continue
+						}
+						out[gw.Cluster+" "+gvr.Resource+" "+ns+"/"+o.GetName()] = o.GetResourceVersion()
+					}
+				}
+			}
+			return out
+		}
+		before := versions()
+		Expect(before).To(HaveKey(ContainSubstring("validatingwebhookconfigurations /metallb-webhook-configuration")))
+		Expect(before).To(HaveKey(ContainSubstring("customresourcedefinitions /bgppeers.metallb.io")))
 		var again struct {
 			Gateways []gateway.ClusterResult `json:"gateways"`
 		}
@@ -146,6 +182,7 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 			Expect(gw.Addresses).To(Equal(up.Gateways[i].Addresses))
 			Expect(gw.Pools).To(Equal(up.Gateways[i].Pools))
 		}
+		Expect(versions()).To(Equal(before), "a rerun changed objects (resourceVersions)")
 	})
 
 	It("deletes its clusters", func() {
