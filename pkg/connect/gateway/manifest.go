@@ -49,6 +49,16 @@ func metallbObjects(controllerImage, speakerImage string) ([]*unstructured.Unstr
 	}
 	var sawController, sawSpeaker bool
 	for _, o := range objs {
+		// Every object carries a field meshctl owns: an applied object with
+		// no field of its own (the webhook Secret, whose data MetalLB writes)
+		// gets its empty managedFields entry dropped and re-added by every
+		// apply, so a rerun would change it.
+		labels := o.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[ManagedByLabel] = FieldManager
+		o.SetLabels(labels)
 		switch {
 		case o.GetKind() == "Deployment" && o.GetName() == "controller":
 			sawController = true

@@ -14,6 +14,8 @@ const (
 	// NetworkLabel marks the gateway (and istio-system) with its network,
 	// as Istio expects.
 	NetworkLabel = "topology.istio.io/network"
+	// ManagedByLabel marks what meshctl applied.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
 	// PoolName names the IPAddressPool and L2Advertisement meshctl owns.
 	PoolName = "meshctl"
 )
@@ -44,7 +46,7 @@ func poolObjects(pools []netip.Prefix) []*unstructured.Unstructured {
 	for i, p := range pools {
 		addrs[i] = p.String()
 	}
-	labels := map[string]any{"app.kubernetes.io/managed-by": "meshctl"}
+	labels := map[string]any{ManagedByLabel: FieldManager}
 	return []*unstructured.Unstructured{
 		{Object: map[string]any{
 			"apiVersion": "metallb.io/v1beta1", "kind": "IPAddressPool",
@@ -62,7 +64,7 @@ func poolObjects(pools []netip.Prefix) []*unstructured.Unstructured {
 // gatewayObjects are istio-system (labelled with the network, which istiod
 // reads as the cluster's network) and the gateway Service.
 func gatewayObjects(network string) []*unstructured.Unstructured {
-	labels := map[string]any{"app.kubernetes.io/managed-by": "meshctl"}
+	labels := map[string]any{ManagedByLabel: FieldManager}
 	selector := map[string]any{}
 	for k, v := range GatewaySelector(network) {
 		labels[k] = v
