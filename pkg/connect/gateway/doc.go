@@ -11,6 +11,12 @@
 // (istio-system/istio-eastwestgateway, type LoadBalancer), whose external
 // address is what meshNetworks renders for the cluster's network.
 //
+// Pools are indexed by a cluster's position in its environment (mesh-name
+// order), so they are stable across reruns; two multi-network environments
+// on the same docker network would get the same pools (MetalLB answers ARP
+// for both): give the second one its own network with
+// KIND_EXPERIMENTAL_DOCKER_NETWORK.
+//
 // The gateway pods themselves come later, from the dataplane install: they
 // must carry the labels the Service selects (see GatewaySelector).
 package gateway
