@@ -256,7 +256,29 @@ func (i *Installer) targets(ctx context.Context, env string, plans []cluster.Clu
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: kubeconfig: %w", p.Name, err)
 		}
-		out = append(out, target{plan: p, pools: pools[k], cfg: cfg})
+		own, err := familyPools(p, pools[k], i.network)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, target{plan: p, pools: own, cfg: cfg})
+	}
+	return out, nil
+}
+
+// familyPools keeps the pools of the cluster's IP families: MetalLB gives a
+// PreferDualStack Service an address of every family its pool has, even in
+// a single-stack cluster whose kube-proxy serves only one.
+func familyPools(p cluster.ClusterPlan, pools []netip.Prefix, network string) ([]netip.Prefix, error) {
+	want4 := p.IPFamily != cluster.IPv6
+	want6 := p.IPFamily == cluster.IPv6 || p.IPFamily == cluster.Dual
+	var out []netip.Prefix
+	for _, pr := range pools {
+		if (pr.Addr().Is4() && want4) || (pr.Addr().Is6() && want6) {
+			out = append(out, pr)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("cluster %s (%s): docker network %q has no subnet of its IP family to carve load-balancer addresses from", p.Name, p.IPFamily, network)
 	}
 	return out, nil
 }

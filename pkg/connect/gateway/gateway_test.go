@@ -155,8 +155,8 @@ func TestIntegrationInstall(t *testing.T) {
 		t.FailNow()
 	}
 	src := &envSource{configs: cfgs, plans: []cluster.ClusterPlan{
-		{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1"},
-		{Name: "cluster2", KindName: "gw-cluster2", Network: "network-2"},
+		{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1", IPFamily: cluster.Dual},
+		{Name: "cluster2", KindName: "gw-cluster2", Network: "network-2", IPFamily: cluster.Dual},
 	}}
 	subnets := []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16"), netip.MustParsePrefix("fc00:f853:ccd:e793::/64")}
 	loader := &recordingLoader{calls: map[string][]string{}}

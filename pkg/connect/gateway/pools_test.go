@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
 )
 
 func prefixes(ss ...string) []netip.Prefix {
@@ -139,6 +142,35 @@ func TestCarvePoolsDisjoint(t *testing.T) {
 				}
 			}
 			prev = pools
+		}
+	}
+}
+
+func TestFamilyPools(t *testing.T) {
+	t.Parallel()
+	both := prefixes("172.18.255.224/28", "fc00::ffe0/124")
+	for _, tc := range []struct {
+		family  string
+		pools   []netip.Prefix
+		want    string
+		wantErr string
+	}{
+		{cluster.IPv4, both, "[172.18.255.224/28]", ""},
+		{"", both, "[172.18.255.224/28]", ""},
+		{cluster.IPv6, both, "[fc00::ffe0/124]", ""},
+		{cluster.Dual, both, "[172.18.255.224/28 fc00::ffe0/124]", ""},
+		{cluster.Dual, both[:1], "[172.18.255.224/28]", ""},
+		{cluster.IPv6, both[:1], "", `cluster c (ipv6): docker network "kind" has no subnet of its IP family`},
+	} {
+		got, err := familyPools(cluster.ClusterPlan{Name: "c", IPFamily: tc.family}, tc.pools, "kind")
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: err = %v, want %q", tc.family, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || fmt.Sprint(got) != tc.want {
+			t.Errorf("%s: got %v, %v; want %s", tc.family, got, err, tc.want)
 		}
 	}
 }
