@@ -2,8 +2,9 @@
 # Build the non-Kubernetes binaries the node image and the host need, from the Go module proxy,
 # CGO_ENABLED=0, cached by version under $CACHE/bin/<name>-<version>:
 #   etcd, coredns, registry (distribution v3), kindnetd (our stand-in, hack/e2e/gomod/k8s/kindnetd),
-#   pause (static C from the k8s.io/kubernetes module download), local-path-provisioner (optional).
-# Usage: build-extras.sh [etcd|coredns|registry|kindnetd|pause ...]   (default: all)
+#   pause (static C from the k8s.io/kubernetes module download), local-path-provisioner (optional),
+#   metallb (controller + speaker, for multi-network environments; build-metallb.sh asks for it).
+# Usage: build-extras.sh [etcd|coredns|registry|kindnetd|pause|metallb ...]   (default: all but metallb)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -69,6 +70,23 @@ build_pause() {
   mv "$out.tmp" "$out"
 }
 
+# MetalLB's controller and speaker from one wrapper module (gomod/metallb-<version>, committed)
+# in one `go build`, so the two share their compiled dependencies. Native L2 mode only: the
+# speaker's FRR helpers (frr-metrics, cp-tool, the reloader) are not built.
+build_metallb() {
+  local c=$BIN/metallb-controller-$METALLB_VERSION s=$BIN/metallb-speaker-$METALLB_VERSION
+  [ -x "$c" ] && [ -x "$s" ] && { log "cached: $c $s"; return 0; }
+  local mod=$E2E_DIR/gomod/metallb-$METALLB_VERSION src=$CACHE/src/metallb-$METALLB_VERSION
+  [ -f "$mod/go.mod" ] || die "no wrapper module $mod for MetalLB $METALLB_VERSION"
+  mkdir -p "$src"; cp "$mod/"{go.mod,go.sum,tools.go} "$src/"
+  rm -rf "$src/out"; mkdir -p "$src/out"
+  log "building go.universe.tf/metallb controller + speaker@$METALLB_VERSION"
+  (cd "$src" && go build -trimpath -o "$src/out/" \
+    -ldflags "-s -w -X go.universe.tf/metallb/internal/version.gitCommit=$METALLB_VERSION -X go.universe.tf/metallb/internal/version.gitBranch=meshctl-offline" \
+    go.universe.tf/metallb/controller go.universe.tf/metallb/speaker) || die "go build go.universe.tf/metallb@$METALLB_VERSION failed"
+  mv "$src/out/controller" "$c"; mv "$src/out/speaker" "$s"
+}
+
 build_local_path_provisioner() {
   # optional: kind's default StorageClass; a failure only warns
   if (gomod_build "$BIN/local-path-provisioner-$LPP_VERSION" github.com/rancher/local-path-provisioner "$LPP_VERSION" \
@@ -87,7 +105,7 @@ if [ ${#what[@]} = 0 ]; then
 fi
 for w in "${what[@]}"; do
   case "$w" in
-    etcd|coredns|registry|kindnetd|pause) phase "build-$w" "build_$w" ;;
+    etcd|coredns|registry|kindnetd|pause|metallb) phase "build-$w" "build_$w" ;;
     local-path-provisioner) phase "build-$w" build_local_path_provisioner ;;
     *) die "unknown component $w" ;;
   esac

@@ -10,6 +10,7 @@ PAUSE_VERSION=${PAUSE_VERSION:-3.10.1}
 KIND_VERSION=${KIND_VERSION:-v0.33.0}
 REGISTRY_VERSION=${REGISTRY_VERSION:-v3.0.0}
 LPP_VERSION=${LPP_VERSION:-v0.0.30}   # rancher local-path-provisioner (kind's default storage)
+METALLB_VERSION=${METALLB_VERSION:-v0.15.2} # = gateway.MetalLBVersion (pkg/connect/gateway)
 DEBIAN_SUITE=${DEBIAN_SUITE:-bookworm}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
@@ -18,6 +19,8 @@ E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NODE_IMAGE=${NODE_IMAGE:-meshctl/node:${K8S_VERSION}}
 REGISTRY_IMAGE=${REGISTRY_IMAGE:-meshctl/registry:${REGISTRY_VERSION}}
 BUSYBOX_IMAGE=${BUSYBOX_IMAGE:-meshctl/busybox:latest}
+METALLB_CONTROLLER_IMAGE=${METALLB_CONTROLLER_IMAGE:-meshctl/metallb-controller:${METALLB_VERSION}}
+METALLB_SPEAKER_IMAGE=${METALLB_SPEAKER_IMAGE:-meshctl/metallb-speaker:${METALLB_VERSION}}
 
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
 export GOTOOLCHAIN=local

@@ -119,6 +119,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"up", "extra-arg"}, `unknown command "extra-arg"`},
 		{[]string{"kubeconfig"}, "accepts 1 arg(s)"},
 		{[]string{"up", "--workers", "many"}, `invalid argument "many"`},
+		{[]string{"up", "--metallb-upstream-images", "--metallb-speaker-image", "x", "--dry-run"}, "--metallb-upstream-images and --metallb-controller-image/--metallb-speaker-image: give one or the other"},
+		{[]string{"connect", "--metallb-upstream-images", "--metallb-controller-image", "x"}, "give one or the other"},
+		{[]string{"connect", "--gateway-timeout", "soon"}, `invalid argument "soon"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/install/image"
 	"github.com/meshctl/meshctl/pkg/install/installer"
 	"github.com/meshctl/meshctl/pkg/install/values"
@@ -99,13 +100,14 @@ func (r *installReport) err() error {
 // install is `meshctl install` on the plan's clusters: values, image, side
 // load, charts. Input is checked in full before anything is changed; the
 // error is about input, per-cluster failures are in the report.
-func (g *globals) install(cmd *cobra.Command, plan *cluster.Plan) (*installReport, error) {
+func (g *globals) install(cmd *cobra.Command, plan *cluster.Plan, gateways ...gateway.ClusterResult) (*installReport, error) {
 	ctx := cmd.Context()
 	p := g.provider()
 	vopts, err := g.valuesOptions(cmd)
 	if err != nil {
 		return nil, err
 	}
+	vopts = append(vopts, discoveredGateways(cmd, gateways)...)
 	rendered, err := values.New(vopts...).Render(plan)
 	if err != nil {
 		return nil, err
@@ -335,4 +337,28 @@ reported, not an error. The cacerts Secret and the namespace stay.`,
 	f.Duration("install-timeout", installer.DefaultTimeout, "how long each chart's uninstall may take")
 	addOutputFlag(cmd)
 	return cmd
+}
+
+// discoveredGateways turns the east-west gateway addresses that connect just
+// reported into values options, so meshNetworks names real addresses — for
+// every network the user did not give with --gateway-address (theirs win).
+func discoveredGateways(cmd *cobra.Command, gws []gateway.ClusterResult) []values.Option {
+	given := map[string]bool{}
+	if f := cmd.Flags().Lookup("gateway-address"); f != nil && f.Changed {
+		vs, _ := cmd.Flags().GetStringArray("gateway-address")
+		for _, v := range vs {
+			network, _, _ := strings.Cut(v, "=")
+			given[network] = true
+		}
+	}
+	var opts []values.Option
+	for network, addrs := range (&gateway.Result{Clusters: gws}).GatewayAddresses() {
+		if given[network] {
+			continue
+		}
+		for _, a := range addrs {
+			opts = append(opts, values.WithGatewayAddress(network, a))
+		}
+	}
+	return opts
 }

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/connect/gateway"
 )
 
 func newUpCommand(g *globals) *cobra.Command {
@@ -35,6 +36,10 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 			if err != nil {
 				return err
 			}
+			gwOpts, err := g.gatewayOptions()
+			if err != nil {
+				return err
+			}
 			if g.settings.GetBool("dry-run") {
 				return print(g.streams.Out, format, newDryRun(plan), func(w io.Writer) error { return printPlan(w, plan) })
 			}
@@ -46,24 +51,26 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 			if err != nil {
 				return err
 			}
+			out := upOutput{UpResult: res, Gateways: []gateway.ClusterResult{}}
 			if g.settings.GetBool("connect") {
-				if _, err := g.connect(cmd.Context()); err != nil {
+				conn, err := g.connect(cmd.Context(), gwOpts)
+				if err != nil {
 					return fmt.Errorf("clusters are up, but connecting them failed (rerun `meshctl connect`): %w", err)
 				}
+				out.Gateways = conn.Gateways
 			}
 			if g.settings.GetBool("cacerts") {
 				if err := g.installCacerts(cmd.Context(), res); err != nil {
 					return fmt.Errorf("clusters are up, but installing the shared root CA failed (rerun `meshctl up`): %w", err)
 				}
 			}
-			out := upOutput{UpResult: res}
 			if g.settings.GetBool("remote-secrets") {
 				if out.RemoteSecrets, err = g.remoteSecrets(cmd.Context()); err != nil {
 					return fmt.Errorf("clusters are up, but installing remote secrets failed (rerun `meshctl connect`): %w", err)
 				}
 			}
 			if g.settings.GetBool("install") {
-				if out.Install, err = g.install(cmd, plan); err != nil {
+				if out.Install, err = g.install(cmd, plan, out.Gateways...); err != nil {
 					return fmt.Errorf("clusters are up, but installing the dataplane failed (rerun `meshctl install`): %w", err)
 				}
 			}
@@ -85,7 +92,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 	f.Bool("retain", false, "keep clusters whose creation failed, for debugging")
 	f.Bool("recreate", false, "delete and recreate existing clusters that differ from the plan")
 	f.Duration("wait", cluster.DefaultWait, "how long to wait for each control plane to be Ready")
-	f.Bool("connect", true, "route pods and services between clusters on the same network (as meshctl connect does)")
+	f.Bool("connect", true, "route pods and services between clusters on the same network, and give clusters on different networks MetalLB and an east-west gateway (as meshctl connect does)")
 	f.Bool("cacerts", true, "give each cluster its intermediate of the environment's shared root CA (istio-system/cacerts; files as meshctl ca makes them)")
 	f.Bool("remote-secrets", true, "install Istio remote secrets, so that each control plane reads the other clusters (as meshctl connect does)")
 	f.Bool("install", true, "install meshctl's CNI and HBONE dataplane (as meshctl install does; --install-timeout and the values flags apply)")
@@ -95,6 +102,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 	f.String("registry-name", cluster.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")
 	f.String("registry-image", cluster.DefaultRegistryImage, "image of the local registry container")
 	f.Int("registry-port", cluster.DefaultRegistryPort, "host port of the local registry")
+	addGatewayFlags(f)
 	addOutputFlag(cmd)
 	return cmd
 }
@@ -192,10 +200,12 @@ func printPlan(w io.Writer, p *cluster.Plan) error {
 	return nil
 }
 
-// upOutput is what up prints: the clusters, the remote secrets and, with
+// upOutput is what up prints: the clusters, gateways, remote secrets and, with
 // --install, the install report.
 type upOutput struct {
 	*cluster.UpResult
+	// Gateways: in a multi-network environment, each cluster's east-west gateway.
+	Gateways []gateway.ClusterResult `json:"gateways"`
 	withRemoteSecrets
 	Install *installReport `json:"install,omitempty"`
 }
@@ -211,6 +221,9 @@ func printUp(w io.Writer, out upOutput) error {
 		tw.row(c.Name, kindNameOrExisting(c.KindName), c.Network, c.Action, c.Kubeconfig)
 	}
 	if err := tw.flush(); err != nil {
+		return err
+	}
+	if err := printGateways(w, &gateway.Result{Clusters: out.Gateways}); err != nil {
 		return err
 	}
 	if out.RemoteSecrets != nil && len(out.RemoteSecrets.Secrets) > 0 {

@@ -1,0 +1,334 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/kind/pkg/log"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+)
+
+// DefaultTimeout bounds, per cluster, the wait for MetalLB and then for the
+// gateway's address: a MetalLB cold start on a busy machine takes a minute.
+const DefaultTimeout = 5 * time.Minute
+
+// Source reports an environment's clusters and their kubeconfigs;
+// cluster.Provider is one.
+type Source interface {
+	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
+	Kubeconfig(ctx context.Context, env, name string, internal bool) ([]byte, error)
+}
+
+// ImageLoader makes images available to a kind cluster's nodes.
+type ImageLoader interface {
+	LoadImages(ctx context.Context, kindName string, images ...string) error
+}
+
+// Installer gives the clusters of a multi-network environment MetalLB, an
+// address pool each and an east-west gateway Service.
+type Installer struct {
+	source          Source
+	loader          ImageLoader
+	docker          Docker
+	logger          log.Logger
+	network         string
+	subnets         []netip.Prefix
+	poolSize        int
+	controllerImage string
+	speakerImage    string
+	timeout         time.Duration
+	poll            time.Duration
+	restConfig      func(kubeconfig []byte) (*rest.Config, error)
+}
+
+// Option configures an Installer.
+type Option func(*Installer)
+
+// WithLogger sets the logger.
+func WithLogger(l log.Logger) Option { return func(i *Installer) { i.logger = l } }
+
+// WithImages sets MetalLB's controller and speaker images (default the
+// offline-built meshctl/metallb-* images); an empty one keeps its default.
+func WithImages(controller, speaker string) Option {
+	return func(i *Installer) {
+		if controller != "" {
+			i.controllerImage = controller
+		}
+		if speaker != "" {
+			i.speakerImage = speaker
+		}
+	}
+}
+
+// WithUpstreamImages uses MetalLB's own quay.io images, for machines that
+// can pull them.
+func WithUpstreamImages() Option {
+	return WithImages(UpstreamControllerImage, UpstreamSpeakerImage)
+}
+
+// WithImageLoader replaces how images get into the nodes (default: docker
+// save of the local image, imported into each node's containerd, when the
+// docker engine has it and the node does not).
+func WithImageLoader(l ImageLoader) Option { return func(i *Installer) { i.loader = l } }
+
+// WithDocker replaces the docker CLI (tests).
+func WithDocker(d Docker) Option { return func(i *Installer) { i.docker = d } }
+
+// WithSubnets sets the subnets to carve pools from instead of reading the
+// kind docker network's.
+func WithSubnets(s ...netip.Prefix) Option { return func(i *Installer) { i.subnets = s } }
+
+// WithPoolSize sets the addresses per cluster and IP family (a power of
+// two, default DefaultPoolSize).
+func WithPoolSize(n int) Option { return func(i *Installer) { i.poolSize = n } }
+
+// WithTimeout bounds, per cluster, the wait for MetalLB to be ready and then
+// for the gateway's address.
+func WithTimeout(d time.Duration) Option { return func(i *Installer) { i.timeout = d } }
+
+// New returns an Installer that reads clusters from source.
+func New(source Source, opts ...Option) *Installer {
+	i := &Installer{
+		source:          source,
+		logger:          log.NoopLogger{},
+		network:         cluster.KindNetwork(),
+		poolSize:        DefaultPoolSize,
+		controllerImage: DefaultControllerImage,
+		speakerImage:    DefaultSpeakerImage,
+		timeout:         DefaultTimeout,
+		poll:            2 * time.Second,
+		restConfig:      clientcmd.RESTConfigFromKubeConfig,
+	}
+	for _, o := range opts {
+		o(i)
+	}
+	if i.docker == nil {
+		i.docker = execDocker{}
+	}
+	if i.loader == nil {
+		i.loader = &dockerLoader{docker: i.docker, logger: i.logger}
+	}
+	return i
+}
+
+// Result is what Install did.
+type Result struct {
+	Env string `json:"env"`
+	// MultiNetwork is false when every cluster is on one network: then
+	// nothing is installed.
+	MultiNetwork bool            `json:"multiNetwork"`
+	Clusters     []ClusterResult `json:"clusters"`
+}
+
+// ClusterResult is one cluster's pools and gateway.
+type ClusterResult struct {
+	Cluster  string `json:"cluster"`
+	KindName string `json:"kindName"`
+	Network  string `json:"network"`
+	// Pools are the MetalLB address pools, one per IP family.
+	Pools []string `json:"pools"`
+	// Service is the gateway Service, namespace/name.
+	Service string `json:"service"`
+	// Addresses are the gateway's external addresses, from the pools.
+	Addresses []string `json:"addresses"`
+}
+
+// Address is the gateway's first external address.
+func (c ClusterResult) Address() string {
+	if len(c.Addresses) == 0 {
+		return ""
+	}
+	return c.Addresses[0]
+}
+
+// GatewayAddresses maps each network to its gateways' first addresses, as
+// values.WithGatewayAddress takes them.
+func (r *Result) GatewayAddresses() map[string][]string {
+	out := map[string][]string{}
+	for _, c := range r.Clusters {
+		if a := c.Address(); a != "" {
+			out[c.Network] = append(out[c.Network], a)
+		}
+	}
+	return out
+}
+
+// target is one cluster with everything Install needs, known before any
+// cluster is touched.
+type target struct {
+	plan  cluster.ClusterPlan
+	pools []netip.Prefix
+	cfg   *rest.Config
+}
+
+// Install sets up every cluster of env when the environment spans more
+// than one network, in parallel, and waits for every gateway's address. It
+// is idempotent: a rerun applies the same objects (server-side apply, so
+// nothing changes) and reports the same addresses.
+func (i *Installer) Install(ctx context.Context, env string) (*Result, error) {
+	plans, err := i.source.Environment(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	if len(plans) == 0 {
+		return nil, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
+	}
+	res := &Result{Env: env, Clusters: []ClusterResult{}}
+	if !multiNetwork(plans) {
+		return res, nil
+	}
+	res.MultiNetwork = true
+	targets, err := i.targets(ctx, env, plans)
+	if err != nil {
+		return nil, err
+	}
+	res.Clusters = make([]ClusterResult, len(targets))
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for k, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res.Clusters[k], errs[k] = i.installOne(ctx, t)
+			if errs[k] != nil {
+				errs[k] = fmt.Errorf("cluster %s: %w", t.plan.Name, errs[k])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func inPools(addr string, pools []netip.Prefix) bool {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	for _, p := range pools {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func multiNetwork(plans []cluster.ClusterPlan) bool {
+	for _, p := range plans[1:] {
+		if p.Network != plans[0].Network {
+			return true
+		}
+	}
+	return false
+}
+
+// targets validates everything before anything is changed: the pools fit
+// the docker network and every kubeconfig reads.
+func (i *Installer) targets(ctx context.Context, env string, plans []cluster.ClusterPlan) ([]target, error) {
+	subnets := i.subnets
+	if subnets == nil {
+		var err error
+		if subnets, err = dockerSubnets(ctx, i.docker, i.network); err != nil {
+			return nil, err
+		}
+	}
+	pools, err := carvePools(i.network, subnets, len(plans), i.poolSize)
+	if err != nil {
+		return nil, err
+	}
+	var out []target
+	for k, p := range plans {
+		kc, err := i.source.Kubeconfig(ctx, env, p.Name, false)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s: %w", p.Name, err)
+		}
+		cfg, err := i.restConfig(kc)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s: kubeconfig: %w", p.Name, err)
+		}
+		own, err := familyPools(p, pools[k], i.network)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, target{plan: p, pools: own, cfg: cfg})
+	}
+	return out, nil
+}
+
+// familyPools keeps the pools of the cluster's IP families: MetalLB gives a
+// PreferDualStack Service an address of every family its pool has, even in
+// a single-stack cluster whose kube-proxy serves only one.
+func familyPools(p cluster.ClusterPlan, pools []netip.Prefix, network string) ([]netip.Prefix, error) {
+	want4 := p.IPFamily != cluster.IPv6
+	want6 := p.IPFamily == cluster.IPv6 || p.IPFamily == cluster.Dual
+	var out []netip.Prefix
+	for _, pr := range pools {
+		if (pr.Addr().Is4() && want4) || (pr.Addr().Is6() && want6) {
+			out = append(out, pr)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("cluster %s (%s): docker network %q has no subnet of its IP family to carve load-balancer addresses from", p.Name, p.IPFamily, network)
+	}
+	return out, nil
+}
+
+// installOne is the story of one cluster: images, MetalLB, its pool, the
+// gateway Service and its address.
+func (i *Installer) installOne(ctx context.Context, t target) (ClusterResult, error) {
+	r := ClusterResult{Cluster: t.plan.Name, KindName: t.plan.KindName, Network: t.plan.Network,
+		Service: GatewayNamespace + "/" + GatewayName}
+	for _, p := range t.pools {
+		r.Pools = append(r.Pools, p.String())
+	}
+	k, err := newKube(t.cfg)
+	if err != nil {
+		return r, err
+	}
+	if err := i.loader.LoadImages(ctx, t.plan.KindName, i.controllerImage, i.speakerImage); err != nil {
+		return r, fmt.Errorf("loading MetalLB images: %w", err)
+	}
+	objs, err := metallbObjects(i.controllerImage, i.speakerImage)
+	if err != nil {
+		return r, err
+	}
+	i.logger.V(1).Infof("%s: applying MetalLB %s (%d objects)", t.plan.Name, MetalLBVersion, len(objs))
+	if err := k.applyAll(ctx, objs); err != nil {
+		return r, fmt.Errorf("installing MetalLB: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, i.timeout)
+	defer cancel()
+	if err := k.waitMetalLB(ctx, i.poll); err != nil {
+		return r, fmt.Errorf("MetalLB not ready after %s: %w (see `kubectl -n %s get pods` in the cluster)", i.timeout, err, MetalLBNamespace)
+	}
+	// MetalLB's webhook answers a little after its pods are ready (its
+	// certificate is generated at start): retry until it accepts the pool.
+	if err := k.retry(ctx, i.poll, func() error { return k.applyAll(ctx, poolObjects(t.pools)) }); err != nil {
+		return r, fmt.Errorf("applying the MetalLB address pool %s: %w", strings.Join(r.Pools, ", "), err)
+	}
+	if err := k.applyAll(ctx, gatewayObjects(t.plan.Network)); err != nil {
+		return r, fmt.Errorf("applying the east-west gateway service: %w", err)
+	}
+	addrs, err := k.waitAddress(ctx, i.poll)
+	if err != nil {
+		return r, fmt.Errorf("east-west gateway service %s has no external address after %s: %w", r.Service, i.timeout, err)
+	}
+	r.Addresses = addrs
+	for _, a := range addrs {
+		if !inPools(a, t.pools) {
+			i.logger.Warnf("%s: the east-west gateway's address %s is not from MetalLB's pool %s: another load-balancer controller assigned it", t.plan.Name, a, strings.Join(r.Pools, ", "))
+		}
+	}
+	i.logger.V(1).Infof("%s: east-west gateway at %s (pool %s)", t.plan.Name, strings.Join(addrs, ", "), strings.Join(r.Pools, ", "))
+	return r, nil
+}

@@ -1,0 +1,287 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/testenv"
+)
+
+// envSource is an environment whose clusters are testenv API servers.
+type envSource struct {
+	plans   []cluster.ClusterPlan
+	configs map[string]*rest.Config
+}
+
+func (s *envSource) Environment(context.Context, string) ([]cluster.ClusterPlan, error) {
+	return s.plans, nil
+}
+
+func (s *envSource) Kubeconfig(_ context.Context, _, name string, _ bool) ([]byte, error) {
+	cfg, ok := s.configs[name]
+	if !ok {
+		return nil, fmt.Errorf("no cluster %q", name)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	kc.CurrentContext = "c"
+	return clientcmd.Write(*kc)
+}
+
+// recordingLoader records which images each cluster was asked to load.
+type recordingLoader struct {
+	mu    sync.Mutex
+	calls map[string][]string
+}
+
+func (l *recordingLoader) LoadImages(_ context.Context, kindName string, images ...string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls[kindName] = append(l.calls[kindName], images...)
+	return nil
+}
+
+// standIn plays, in an API server where no controller runs, the parts of
+// the cluster Install waits for: the Deployment and DaemonSet controllers
+// (status), MetalLB's webhook (it is removed: nothing would answer it) and
+// MetalLB's controller (the Service gets the first address of the pool).
+func standIn(ctx context.Context, t *testing.T, cfg *rest.Config) {
+	k, err := newKube(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poolGVR := schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "ipaddresspools"}
+	step := func() {
+		_ = k.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, "metallb-webhook-configuration", metav1.DeleteOptions{})
+		if d, err := k.cs.AppsV1().Deployments(MetalLBNamespace).Get(ctx, "controller", metav1.GetOptions{}); err == nil && d.Status.AvailableReplicas == 0 {
+			d.Status.ObservedGeneration, d.Status.Replicas, d.Status.AvailableReplicas, d.Status.ReadyReplicas = d.Generation, 1, 1, 1
+			_, _ = k.cs.AppsV1().Deployments(MetalLBNamespace).UpdateStatus(ctx, d, metav1.UpdateOptions{})
+		}
+		if ds, err := k.cs.AppsV1().DaemonSets(MetalLBNamespace).Get(ctx, "speaker", metav1.GetOptions{}); err == nil && ds.Status.NumberAvailable == 0 {
+			ds.Status.ObservedGeneration, ds.Status.DesiredNumberScheduled, ds.Status.NumberAvailable = ds.Generation, 1, 1
+			ds.Status.UpdatedNumberScheduled, ds.Status.NumberReady, ds.Status.CurrentNumberScheduled = 1, 1, 1
+			_, _ = k.cs.AppsV1().DaemonSets(MetalLBNamespace).UpdateStatus(ctx, ds, metav1.UpdateOptions{})
+		}
+		svc, err := k.cs.CoreV1().Services(GatewayNamespace).Get(ctx, GatewayName, metav1.GetOptions{})
+		if err != nil || len(svc.Status.LoadBalancer.Ingress) > 0 {
+			return
+		}
+		pool, err := k.dyn.Resource(poolGVR).Namespace(MetalLBNamespace).Get(ctx, PoolName, metav1.GetOptions{})
+		if err != nil {
+			return
+		}
+		addrs, _, _ := unstructured.NestedStringSlice(pool.Object, "spec", "addresses")
+		if len(addrs) == 0 {
+			return
+		}
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: netip.MustParsePrefix(addrs[0]).Addr().String()}}
+		_, _ = k.cs.CoreV1().Services(GatewayNamespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{})
+	}
+	go func() {
+		for ctx.Err() == nil {
+			step()
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+}
+
+// resourceVersions reads the resourceVersion of every object Install
+// applies, except MetalLB's webhook configuration (the stand-in deletes it).
+func resourceVersions(t *testing.T, cfg *rest.Config, network string) map[string]string {
+	t.Helper()
+	k, err := newKube(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := metallbObjects(DefaultControllerImage, DefaultSpeakerImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = append(objs, poolObjects(nil)...)
+	objs = append(objs, gatewayObjects(network)...)
+	out := map[string]string{}
+	for _, o := range objs {
+		if o.GetKind() == "ValidatingWebhookConfiguration" {
+			continue
+		}
+		gvr, _ := meta.UnsafeGuessKindToResource(o.GroupVersionKind())
+		got, err := k.dyn.Resource(gvr).Namespace(o.GetNamespace()).Get(context.Background(), o.GetName(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s %s: %v", o.GetKind(), qualified(o), err)
+		}
+		out[o.GetKind()+" "+qualified(o)] = got.GetResourceVersion()
+	}
+	return out
+}
+
+func TestIntegrationInstall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two kube-apiservers")
+	}
+	cfgs := map[string]*rest.Config{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, name := range []string{"cluster1", "cluster2"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := testenv.New(t)
+			mu.Lock()
+			cfgs[name] = cfg
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(cfgs) < 2 {
+		t.FailNow()
+	}
+	src := &envSource{configs: cfgs, plans: []cluster.ClusterPlan{
+		{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1", IPFamily: cluster.Dual},
+		{Name: "cluster2", KindName: "gw-cluster2", Network: "network-2", IPFamily: cluster.Dual},
+	}}
+	subnets := []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16"), netip.MustParsePrefix("fc00:f853:ccd:e793::/64")}
+	loader := &recordingLoader{calls: map[string][]string{}}
+	newInstaller := func(opts ...Option) *Installer {
+		i := New(src, append([]Option{WithSubnets(subnets...), WithImageLoader(loader), WithTimeout(time.Minute)}, opts...)...)
+		i.poll = 100 * time.Millisecond
+		return i
+	}
+	ctx := context.Background()
+	noMetalLB := func(when string) {
+		t.Helper()
+		for name, cfg := range cfgs {
+			k, _ := newKube(cfg)
+			if _, err := k.cs.CoreV1().Namespaces().Get(ctx, MetalLBNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("%s: %s: namespace %s exists (err %v), want nothing applied", when, name, MetalLBNamespace, err)
+			}
+		}
+	}
+
+	// Bad input is found before any cluster is touched.
+	_, err := newInstaller(WithSubnets(netip.MustParsePrefix("192.168.9.0/28"))).Install(ctx, "gw")
+	if err == nil || !strings.Contains(err.Error(), "192.168.9.0/28 is too small for 2 clusters") {
+		t.Fatalf("err = %v, want the too-small network named", err)
+	}
+	bad := &envSource{plans: src.plans, configs: map[string]*rest.Config{"cluster1": cfgs["cluster1"]}}
+	if _, err := New(bad, WithSubnets(subnets...), WithImageLoader(loader)).Install(ctx, "gw"); err == nil || !strings.Contains(err.Error(), "cluster cluster2") {
+		t.Fatalf("err = %v, want the cluster without kubeconfig named", err)
+	}
+	noMetalLB("after bad input")
+
+	// One network: nothing to do.
+	one := &envSource{configs: cfgs, plans: []cluster.ClusterPlan{
+		{Name: "cluster1", Network: "network-1"}, {Name: "cluster2", Network: "network-1"}}}
+	res, err := New(one, WithSubnets(subnets...), WithImageLoader(loader)).Install(ctx, "gw")
+	if err != nil || res.MultiNetwork || len(res.Clusters) != 0 {
+		t.Fatalf("one network: %+v, %v; want nothing done", res, err)
+	}
+	noMetalLB("with one network")
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	for _, cfg := range cfgs {
+		standIn(runCtx, t, cfg)
+	}
+	t0 := time.Now()
+	res, err = newInstaller().Install(ctx, "gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("first install: %s", time.Since(t0).Round(time.Millisecond))
+	if !res.MultiNetwork || len(res.Clusters) != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	wantPools := [][]string{
+		{"172.18.255.224/28", "fc00:f853:ccd:e793:ffff:ffff:ffff:ffe0/124"},
+		{"172.18.255.208/28", "fc00:f853:ccd:e793:ffff:ffff:ffff:ffd0/124"},
+	}
+	for i, c := range res.Clusters {
+		if !slices.Equal(c.Pools, wantPools[i]) {
+			t.Errorf("%s pools %v, want %v", c.Cluster, c.Pools, wantPools[i])
+		}
+		if len(c.Addresses) != 1 || !inPools(c.Address(), []netip.Prefix{netip.MustParsePrefix(c.Pools[0])}) {
+			t.Errorf("%s addresses %v, want one from %s", c.Cluster, c.Addresses, c.Pools[0])
+		}
+		if c.Service != "istio-system/istio-eastwestgateway" || c.Network != src.plans[i].Network {
+			t.Errorf("result %+v", c)
+		}
+		if !slices.Equal(loader.calls[src.plans[i].KindName], []string{DefaultControllerImage, DefaultSpeakerImage}) {
+			t.Errorf("%s: images loaded %v", c.Cluster, loader.calls[src.plans[i].KindName])
+		}
+		// what the cluster holds
+		k, _ := newKube(cfgs[c.Cluster])
+		crds, err := k.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}).List(ctx, metav1.ListOptions{})
+		if err != nil || len(crds.Items) != 8 {
+			t.Errorf("%s: %d CRDs (%v), want MetalLB's 8", c.Cluster, len(crds.Items), err)
+		}
+		pool, err := k.dyn.Resource(schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "ipaddresspools"}).Namespace(MetalLBNamespace).Get(ctx, PoolName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addrs, _, _ := unstructured.NestedStringSlice(pool.Object, "spec", "addresses"); !slices.Equal(addrs, wantPools[i]) {
+			t.Errorf("%s: IPAddressPool addresses %v", c.Cluster, addrs)
+		}
+		if _, err := k.dyn.Resource(schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "l2advertisements"}).Namespace(MetalLBNamespace).Get(ctx, PoolName, metav1.GetOptions{}); err != nil {
+			t.Errorf("%s: L2Advertisement: %v", c.Cluster, err)
+		}
+		svc, err := k.cs.CoreV1().Services(GatewayNamespace).Get(ctx, GatewayName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || len(svc.Spec.Ports) != 5 || svc.Spec.Selector[NetworkLabel] != c.Network {
+			t.Errorf("%s: service %+v", c.Cluster, svc.Spec)
+		}
+		ns, _ := k.cs.CoreV1().Namespaces().Get(ctx, GatewayNamespace, metav1.GetOptions{})
+		if ns.Labels[NetworkLabel] != c.Network {
+			t.Errorf("%s: istio-system labels %v", c.Cluster, ns.Labels)
+		}
+		d, _ := k.cs.AppsV1().Deployments(MetalLBNamespace).Get(ctx, "controller", metav1.GetOptions{})
+		if img := d.Spec.Template.Spec.Containers[0].Image; img != DefaultControllerImage {
+			t.Errorf("%s: controller image %s", c.Cluster, img)
+		}
+	}
+
+	// A rerun changes nothing and reports the same.
+	before := map[string]map[string]string{}
+	for i, p := range src.plans {
+		before[p.Name] = resourceVersions(t, cfgs[p.Name], src.plans[i].Network)
+	}
+	t0 = time.Now()
+	again, err := newInstaller().Install(ctx, "gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rerun: %s", time.Since(t0).Round(time.Millisecond))
+	for i, c := range again.Clusters {
+		if !slices.Equal(c.Addresses, res.Clusters[i].Addresses) || !slices.Equal(c.Pools, res.Clusters[i].Pools) {
+			t.Errorf("rerun reports %+v, first run %+v", c, res.Clusters[i])
+		}
+	}
+	for i, p := range src.plans {
+		after := resourceVersions(t, cfgs[p.Name], src.plans[i].Network)
+		for obj, rv := range before[p.Name] {
+			if after[obj] != rv {
+				t.Errorf("%s: rerun changed %s (resourceVersion %s → %s)", p.Name, obj, rv, after[obj])
+			}
+		}
+	}
+}

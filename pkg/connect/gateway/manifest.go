@@ -1,0 +1,138 @@
+package gateway
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// MetalLB's version and images. The metallb/ directory holds upstream's
+// config/manifests/metallb-native.yaml of this version, unchanged, with
+// upstream's LICENSE (Apache-2.0) beside it.
+const (
+	MetalLBVersion = "v0.15.2"
+	// MetalLBNamespace is where the manifest puts MetalLB.
+	MetalLBNamespace = "metallb-system"
+	// UpstreamControllerImage and UpstreamSpeakerImage are the images the
+	// upstream manifest names; use them where quay.io is reachable.
+	UpstreamControllerImage = "quay.io/metallb/controller:" + MetalLBVersion
+	UpstreamSpeakerImage    = "quay.io/metallb/speaker:" + MetalLBVersion
+	// DefaultControllerImage and DefaultSpeakerImage are built offline from
+	// the same Go sources (hack/e2e, `make e2e-env`) and side-loaded into
+	// the nodes: no container registry is needed.
+	DefaultControllerImage = "meshctl/metallb-controller:" + MetalLBVersion
+	DefaultSpeakerImage    = "meshctl/metallb-speaker:" + MetalLBVersion
+)
+
+//go:embed metallb/metallb-native.yaml
+var metallbNative []byte
+
+// MetalLBLicense is upstream's license, carried in the binary with the
+// manifest it covers.
+//
+//go:embed metallb/LICENSE
+var MetalLBLicense string
+
+// metallbObjects parses the embedded manifest and points its two workloads
+// at the given images. The speaker also gets --ignore-exclude-lb: kubeadm
+// labels control-plane nodes node.kubernetes.io/exclude-from-external-load-balancers,
+// and a kind cluster without workers has no other node to announce from.
+func metallbObjects(controllerImage, speakerImage string) ([]*unstructured.Unstructured, error) {
+	objs, err := decodeYAML(metallbNative)
+	if err != nil {
+		return nil, fmt.Errorf("embedded MetalLB manifest: %w", err)
+	}
+	var sawController, sawSpeaker bool
+	for _, o := range objs {
+		// Every object carries a field meshctl owns: an applied object with
+		// no field of its own (the webhook Secret, whose data MetalLB writes)
+		// gets its empty managedFields entry dropped and re-added by every
+		// apply, so a rerun would change it.
+		labels := o.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[ManagedByLabel] = FieldManager
+		o.SetLabels(labels)
+		switch {
+		case o.GetKind() == "Deployment" && o.GetName() == "controller":
+			sawController = true
+			if err := setContainer(o, "controller", controllerImage, ""); err != nil {
+				return nil, err
+			}
+		case o.GetKind() == "DaemonSet" && o.GetName() == "speaker":
+			sawSpeaker = true
+			if err := setContainer(o, "speaker", speakerImage, "--ignore-exclude-lb"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if !sawController || !sawSpeaker {
+		return nil, errors.New("embedded MetalLB manifest: no controller Deployment or speaker DaemonSet")
+	}
+	return objs, nil
+}
+
+// setContainer sets a container's image and appends an argument it lacks.
+func setContainer(o *unstructured.Unstructured, name, image, arg string) error {
+	cs, _, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	if err != nil {
+		return fmt.Errorf("embedded MetalLB manifest: %s/%s: %w", o.GetKind(), o.GetName(), err)
+	}
+	for i, c := range cs {
+		m, ok := c.(map[string]any)
+		if !ok || m["name"] != name {
+			continue
+		}
+		m["image"] = image
+		if arg != "" {
+			args, _, _ := unstructured.NestedStringSlice(m, "args")
+			have := false
+			for _, a := range args {
+				have = have || a == arg
+			}
+			if !have {
+				args = append(args, arg)
+			}
+			anyArgs := make([]any, len(args))
+			for j, a := range args {
+				anyArgs[j] = a
+			}
+			m["args"] = anyArgs
+		}
+		cs[i] = m
+		return unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers")
+	}
+	return fmt.Errorf("embedded MetalLB manifest: %s/%s has no container %q", o.GetKind(), o.GetName(), name)
+}
+
+// decodeYAML splits a multi-document YAML stream into objects, skipping
+// empty documents. creationTimestamp: null (as controller-gen writes it) is
+// dropped: it is server-owned.
+func decodeYAML(data []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return nil, fmt.Errorf("object %d: %w", len(out)+1, err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		o := &unstructured.Unstructured{Object: m}
+		if o.GetKind() == "" || o.GetAPIVersion() == "" {
+			return nil, fmt.Errorf("object %d: no kind or apiVersion", len(out)+1)
+		}
+		unstructured.RemoveNestedField(o.Object, "metadata", "creationTimestamp")
+		out = append(out, o)
+	}
+}

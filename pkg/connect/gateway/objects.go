@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"net/netip"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// The east-west gateway Service. Its name and namespace are what
+// pkg/install/values renders as the gateway's registryServiceName.
+const (
+	GatewayName      = "istio-eastwestgateway"
+	GatewayNamespace = "istio-system"
+	// NetworkLabel marks the gateway (and istio-system) with its network,
+	// as Istio expects.
+	NetworkLabel = "topology.istio.io/network"
+	// ManagedByLabel marks what meshctl applied.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	// PoolName names the IPAddressPool and L2Advertisement meshctl owns.
+	PoolName = "meshctl"
+)
+
+// Gateway ports, as Istio's east-west gateway exposes them.
+const (
+	PortHBONE   = 15008 // tcp-hbone: ambient's HBONE (mTLS HTTP/2 CONNECT)
+	PortTLS     = 15443 // tls: sidecar mTLS passthrough (AUTO_PASSTHROUGH)
+	PortIstiod  = 15012 // tcp-istiod: xDS and CA for remote clusters
+	PortWebhook = 15017 // tcp-webhook: istiod's webhooks for remote clusters
+	PortStatus  = 15021 // status-port: readiness
+)
+
+// GatewaySelector is what the gateway Service selects: the gateway pods the
+// dataplane deploys must carry these labels, plus NetworkLabel set to their
+// cluster's network (as Istio's east-west gateway pods do).
+func GatewaySelector(network string) map[string]string {
+	return map[string]string{
+		"app":        "istio-eastwestgateway",
+		"istio":      "eastwestgateway",
+		NetworkLabel: network,
+	}
+}
+
+// poolObjects are the MetalLB IPAddressPool and its L2Advertisement.
+func poolObjects(pools []netip.Prefix) []*unstructured.Unstructured {
+	addrs := make([]any, len(pools))
+	for i, p := range pools {
+		addrs[i] = p.String()
+	}
+	labels := map[string]any{ManagedByLabel: FieldManager}
+	return []*unstructured.Unstructured{
+		{Object: map[string]any{
+			"apiVersion": "metallb.io/v1beta1", "kind": "IPAddressPool",
+			"metadata": map[string]any{"name": PoolName, "namespace": MetalLBNamespace, "labels": labels},
+			"spec":     map[string]any{"addresses": addrs},
+		}},
+		{Object: map[string]any{
+			"apiVersion": "metallb.io/v1beta1", "kind": "L2Advertisement",
+			"metadata": map[string]any{"name": PoolName, "namespace": MetalLBNamespace, "labels": labels},
+			"spec":     map[string]any{"ipAddressPools": []any{PoolName}},
+		}},
+	}
+}
+
+// gatewayObjects are istio-system (labelled with the network, which istiod
+// reads as the cluster's network) and the gateway Service.
+func gatewayObjects(network string) []*unstructured.Unstructured {
+	labels := map[string]any{ManagedByLabel: FieldManager}
+	selector := map[string]any{}
+	for k, v := range GatewaySelector(network) {
+		labels[k] = v
+		selector[k] = v
+	}
+	port := func(name string, n int64) map[string]any {
+		return map[string]any{"name": name, "port": n, "targetPort": n, "protocol": "TCP"}
+	}
+	return []*unstructured.Unstructured{
+		{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Namespace",
+			"metadata": map[string]any{"name": GatewayNamespace, "labels": map[string]any{NetworkLabel: network}},
+		}},
+		{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Service",
+			"metadata": map[string]any{"name": GatewayName, "namespace": GatewayNamespace, "labels": labels},
+			"spec": map[string]any{
+				"type": "LoadBalancer",
+				// both families where the cluster has both: the gateway must
+				// be reachable from IPv6-only peers too
+				"ipFamilyPolicy": "PreferDualStack",
+				"selector":       selector,
+				"ports": []any{
+					port("status-port", PortStatus),
+					port("tls", PortTLS),
+					port("tcp-istiod", PortIstiod),
+					port("tcp-webhook", PortWebhook),
+					port("tcp-hbone", PortHBONE),
+				},
+			},
+		}},
+	}
+}

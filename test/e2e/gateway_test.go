@@ -1,0 +1,209 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/connect/gateway"
+)
+
+var _ = Describe("east-west gateways between networks", Ordered, func() {
+	gwEnv := env + "-mn"
+	var upArgs []string
+	var up struct {
+		cluster.UpResult
+		Gateways []gateway.ClusterResult `json:"gateways"`
+	}
+	byName := map[string]cluster.ClusterResult{}
+
+	BeforeAll(func() {
+		for _, img := range []string{gateway.DefaultControllerImage, gateway.DefaultSpeakerImage} {
+			if _, err := docker("image", "inspect", img); err != nil {
+				reason := "image " + img + " is not on this machine: run `make e2e-env` (hack/e2e/build-metallb.sh)"
+				if os.Getenv("MESHCTL_E2E_REQUIRE") != "" {
+					Fail(reason)
+				}
+				Skip(reason)
+			}
+		}
+		upArgs = []string{"up", "--env", gwEnv, "--clusters", "2", "--networks", "2", "--image", suite.image, "--registry=false"}
+		DeferCleanup(func() {
+			if os.Getenv("MESHCTL_E2E_KEEP") != "" {
+				return
+			}
+			_, _, _ = meshctlResult("down", "--env", gwEnv)
+		})
+	})
+
+	It("gives each cluster MetalLB and a gateway address from its own pool", func() {
+		meshctlJSON(&up, upArgs...)
+		Expect(up.Clusters).To(HaveLen(2))
+		for _, c := range up.Clusters {
+			byName[c.Name] = c
+		}
+		Expect(up.Gateways).To(HaveLen(2))
+		Expect(up.Gateways[0].Network).NotTo(Equal(up.Gateways[1].Network))
+
+		out, err := docker("network", "inspect", cluster.KindNetwork(), "--format", "{{json .IPAM.Config}}")
+		Expect(err).NotTo(HaveOccurred(), out)
+		var ipam []struct{ Subnet string }
+		Expect(json.Unmarshal([]byte(out), &ipam)).To(Succeed())
+		var subnets []netip.Prefix
+		for _, s := range ipam {
+			subnets = append(subnets, netip.MustParsePrefix(s.Subnet))
+		}
+
+		var all []netip.Prefix
+		for _, gw := range up.Gateways {
+			Expect(gw.Service).To(Equal("istio-system/istio-eastwestgateway"))
+			Expect(gw.Addresses).NotTo(BeEmpty(), gw.Cluster)
+			var pools []netip.Prefix
+			for _, p := range gw.Pools {
+				pr := netip.MustParsePrefix(p)
+				inNetwork := false
+				for _, s := range subnets {
+					inNetwork = inNetwork || s.Contains(pr.Addr())
+				}
+				Expect(inNetwork).To(BeTrue(), "pool %s of %s is outside the kind network %v", p, gw.Cluster, subnets)
+				for _, other := range all {
+					Expect(other.Overlaps(pr)).To(BeFalse(), "pools %s and %s overlap", other, pr)
+				}
+				pools = append(pools, pr)
+			}
+			all = append(all, pools...)
+			addr := netip.MustParseAddr(gw.Address())
+			inPool := false
+			for _, p := range pools {
+				inPool = inPool || p.Contains(addr)
+			}
+			Expect(inPool).To(BeTrue(), "%s's gateway address %s is not from its pools %v", gw.Cluster, addr, pools)
+
+			cs := clientset(byName[gw.Cluster].Kubeconfig)
+			svc, err := cs.CoreV1().Services("istio-system").Get(context.Background(), "istio-eastwestgateway", metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(svc.Spec.Type).To(Equal(corev1.ServiceTypeLoadBalancer))
+			Expect(svc.Labels).To(HaveKeyWithValue("topology.istio.io/network", gw.Network))
+			Expect(svc.Status.LoadBalancer.Ingress).NotTo(BeEmpty())
+			Expect(svc.Status.LoadBalancer.Ingress[0].IP).To(Equal(gw.Address()))
+
+			pods, err := cs.CoreV1().Pods("metallb-system").List(context.Background(), metav1.ListOptions{LabelSelector: "app=metallb"})
+			Expect(err).NotTo(HaveOccurred())
+			components := map[string]bool{}
+			for _, p := range pods.Items {
+				Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "%s: %s", gw.Cluster, p.Name)
+				components[p.Labels["component"]] = true
+				Expect(p.Spec.Containers[0].Image).To(HavePrefix("meshctl/metallb-"))
+			}
+			Expect(components).To(HaveKey("controller"))
+			Expect(components).To(HaveKey("speaker"))
+		}
+	})
+
+	It("answers TCP on the gateway address from the other network's node", func() {
+		for _, gw := range up.Gateways {
+			cs := clientset(byName[gw.Cluster].Kubeconfig)
+			// a stand-in for the gateway pods the dataplane will deploy:
+			// the labels the Service selects, a listener on the status port
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "fake-eastwestgateway", Namespace: "istio-system", Labels: gateway.GatewaySelector(gw.Network)},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "listen", Image: suite.testImage, ImagePullPolicy: corev1.PullNever,
+					Command: []string{"sh", "-c", "while true; do echo meshctl-gw-" + gw.Cluster + " | nc -l -p 15021; done"},
+				}}},
+			}
+			_, err := cs.CoreV1().Pods("istio-system").Create(context.Background(), pod, metav1.CreateOptions{})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		for i, gw := range up.Gateways {
+			other := up.Gateways[1-i]
+			node := byName[other.Cluster].KindName + "-control-plane"
+			// bash's /dev/tcp: the node image has bash and coreutils, not nc
+			script := "exec 3<>/dev/tcp/" + gw.Address() + "/15021 && timeout 5 cat <&3"
+			Eventually(func() string {
+				out, _ := docker("exec", node, "bash", "-c", script)
+				return out
+			}).WithTimeout(3*time.Minute).WithPolling(3*time.Second).Should(ContainSubstring("meshctl-gw-"+gw.Cluster),
+				"from %s (%s) to %s's gateway %s:15021", node, other.Network, gw.Cluster, gw.Address())
+		}
+	})
+
+	It("changes nothing when connect runs again", func() {
+		// objects MetalLB's controller also writes (CA bundles), and ours;
+		// a second apply within the same second would hide a change, so wait
+		time.Sleep(time.Second)
+		objects := []schema.GroupVersionResource{
+			{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"},
+			{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+			{Group: "apps", Version: "v1", Resource: "deployments"},
+			{Group: "apps", Version: "v1", Resource: "daemonsets"},
+			{Group: "metallb.io", Version: "v1beta1", Resource: "ipaddresspools"},
+			{Version: "v1", Resource: "services"},
+		}
+		versions := func() map[string]string {
+			out := map[string]string{}
+			for _, gw := range up.Gateways {
+				cfg, err := clientcmd.BuildConfigFromFlags("", byName[gw.Cluster].Kubeconfig)
+				Expect(err).NotTo(HaveOccurred())
+				dyn := dynamic.NewForConfigOrDie(cfg)
+				for _, gvr := range objects {
+					list, err := dyn.Resource(gvr).List(context.Background(), metav1.ListOptions{})
+					Expect(err).NotTo(HaveOccurred(), "%s", gvr)
+					for _, o := range list.Items {
+						ns := o.GetNamespace()
+						if ns != "metallb-system" && ns != "istio-system" && !strings.HasSuffix(o.GetName(), "metallb.io") && !strings.HasPrefix(o.GetName(), "metallb") {
+							continue
+						}
+						// MetalLB writes statuses (pool usage, service
+						// status) on its own schedule: what must not move is
+						// the generation and the time meshctl's apply last
+						// changed a field it owns.
+						applied := ""
+						for _, mf := range o.GetManagedFields() {
+							if mf.Manager == "meshctl" && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Time != nil {
+								applied = mf.Time.UTC().Format(time.RFC3339)
+							}
+						}
+						Expect(applied).NotTo(BeEmpty(), "%s %s/%s has no meshctl apply entry", gvr.Resource, ns, o.GetName())
+						out[gw.Cluster+" "+gvr.Resource+" "+ns+"/"+o.GetName()] = fmt.Sprintf("generation %d, applied %s", o.GetGeneration(), applied)
+					}
+				}
+			}
+			return out
+		}
+		before := versions()
+		Expect(before).To(HaveKey(ContainSubstring("validatingwebhookconfigurations /metallb-webhook-configuration")))
+		Expect(before).To(HaveKey(ContainSubstring("customresourcedefinitions /bgppeers.metallb.io")))
+		var again struct {
+			Gateways []gateway.ClusterResult `json:"gateways"`
+		}
+		meshctlJSON(&again, "connect", "--env", gwEnv)
+		Expect(again.Gateways).To(HaveLen(2))
+		for i, gw := range again.Gateways {
+			Expect(gw.Addresses).To(Equal(up.Gateways[i].Addresses))
+			Expect(gw.Pools).To(Equal(up.Gateways[i].Pools))
+		}
+		Expect(versions()).To(Equal(before), "a rerun changed objects")
+	})
+
+	It("deletes its clusters", func() {
+		var down cluster.DownResult
+		meshctlJSON(&down, "down", "--env", gwEnv)
+		Expect(down.Deleted).To(ConsistOf(gwEnv+"-cluster1", gwEnv+"-cluster2"))
+		out, _ := docker("ps", "-a", "--filter", "label=io.x-k8s.kind.cluster", "--format", "{{.Names}}")
+		Expect(out).NotTo(ContainSubstring(gwEnv + "-"))
+	})
+})
