@@ -39,7 +39,7 @@ var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
 	})
 
 	It("creates two clusters on one network and installs each one's remote secret in the other", func() {
-		meshctlJSON(&up, "up", "--env", connEnv, "--clusters", "2", "--image", suite.image, "--registry=false")
+		meshctlJSON(&up, "up", "--env", connEnv, "--clusters", "2", "--image", suite.image, "--registry=false", "--install=false")
 		Expect(up.Clusters).To(HaveLen(2))
 		for _, c := range up.Clusters {
 			byName[c.Name] = c

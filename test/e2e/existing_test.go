@@ -85,7 +85,7 @@ var _ = Describe("an environment mixing kind with an existing cluster", Ordered,
 	})
 
 	It("creates the kind cluster and checks, discovers and records the existing one", func() {
-		meshctlJSON(&res, "up", "--env", xenv, "--topology", topology, "--image", suite.image, "--registry=false")
+		meshctlJSON(&res, "up", "--env", xenv, "--topology", topology, "--image", suite.image, "--registry=false", "--install=false", "--remote-secrets=false")
 		Expect(res.Clusters).To(HaveLen(2))
 		Expect(res.Clusters[0].Action).To(Equal(cluster.ActionCreated))
 		Expect(res.Clusters[0].KindName).To(Equal(xenv + "-kind1"))
@@ -136,7 +136,7 @@ var _ = Describe("an environment mixing kind with an existing cluster", Ordered,
 		other := filepath.Join(filepath.Dir(topology), "other.json")
 		Expect(os.WriteFile(other, []byte(`[{"clusterName": "kind9"},
   {"clusterName": "ext", "network": "far", "meta": {"kubeconfig": "existing.kubeconfig", "context": "existing-admin"}}]`), 0o600)).To(Succeed())
-		_, errOut, err := meshctlResult("up", "--env", xenv+"o", "--topology", other, "--image", suite.image, "--registry=false")
+		_, errOut, err := meshctlResult("up", "--env", xenv+"o", "--topology", other, "--image", suite.image, "--registry=false", "--install=false", "--remote-secrets=false")
 		Expect(err).To(HaveOccurred())
 		Expect(errOut).To(ContainSubstring(fmt.Sprintf(`cluster "ext": is used by meshctl environment %q`, xenv)))
 		Expect(kindClusters()).NotTo(ContainElement(xenv + "o-kind9"))

@@ -40,7 +40,7 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 				Skip(reason)
 			}
 		}
-		upArgs = []string{"up", "--env", gwEnv, "--clusters", "2", "--networks", "2", "--image", suite.image, "--registry=false"}
+		upArgs = []string{"up", "--env", gwEnv, "--clusters", "2", "--networks", "2", "--image", suite.image, "--registry=false", "--install=false"}
 		DeferCleanup(func() {
 			if os.Getenv("MESHCTL_E2E_KEEP") != "" {
 				return

@@ -34,7 +34,7 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 
 	BeforeAll(func() {
 		upArgs = []string{"up", "--env", env, "--clusters", "2", "--image", suite.image,
-			"--registry-image", suite.registryImage, "--registry-name", registryName, "--registry-port", registryPort}
+			"--registry-image", suite.registryImage, "--registry-name", registryName, "--registry-port", registryPort, "--install=false"}
 		DeferCleanup(func() {
 			if os.Getenv("MESHCTL_E2E_KEEP") != "" {
 				return
