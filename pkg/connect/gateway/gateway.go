@@ -2,12 +2,12 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/meshctl/meshctl/internal/parallel"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -164,6 +164,7 @@ func (r *Result) GatewayAddresses() map[string][]string {
 // target is one cluster with everything Install needs, known before any
 // cluster is touched.
 type target struct {
+	index int
 	plan  cluster.ClusterPlan
 	pools []netip.Prefix
 	cfg   *rest.Config
@@ -191,20 +192,15 @@ func (i *Installer) Install(ctx context.Context, env string) (*Result, error) {
 		return nil, err
 	}
 	res.Clusters = make([]ClusterResult, len(targets))
-	errs := make([]error, len(targets))
-	var wg sync.WaitGroup
-	for k, t := range targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res.Clusters[k], errs[k] = i.installOne(ctx, t)
-			if errs[k] != nil {
-				errs[k] = fmt.Errorf("cluster %s: %w", t.plan.Name, errs[k])
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err = parallel.ForEach(targets, func(t target) error {
+		r, err := i.installOne(ctx, t)
+		res.Clusters[t.index] = r
+		if err != nil {
+			return fmt.Errorf("cluster %s: %w", t.plan.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -256,11 +252,16 @@ func (i *Installer) targets(ctx context.Context, env string, plans []cluster.Clu
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: kubeconfig: %w", p.Name, err)
 		}
-		own, err := familyPools(p, pools[k], i.network)
-		if err != nil {
-			return nil, err
+		t := target{index: k, plan: p, cfg: cfg}
+		// An existing (non-kind) cluster is not on the kind network: its
+		// load balancers are its own (a cloud's, or whatever it runs), so
+		// it gets no MetalLB and no pool, only the gateway Service.
+		if !p.Existing {
+			if t.pools, err = familyPools(p, pools[k], i.network); err != nil {
+				return nil, err
+			}
 		}
-		out = append(out, target{plan: p, pools: own, cfg: cfg})
+		out = append(out, t)
 	}
 	return out, nil
 }
@@ -294,6 +295,9 @@ func (i *Installer) installOne(ctx context.Context, t target) (ClusterResult, er
 	k, err := newKube(t.cfg)
 	if err != nil {
 		return r, err
+	}
+	if t.plan.Existing {
+		return i.existingGateway(ctx, k, r, t)
 	}
 	if err := i.loader.LoadImages(ctx, t.plan.KindName, i.controllerImage, i.speakerImage); err != nil {
 		return r, fmt.Errorf("loading MetalLB images: %w", err)
@@ -330,5 +334,22 @@ func (i *Installer) installOne(ctx context.Context, t target) (ClusterResult, er
 		}
 	}
 	i.logger.V(1).Infof("%s: east-west gateway at %s (pool %s)", t.plan.Name, strings.Join(addrs, ", "), strings.Join(r.Pools, ", "))
+	return r, nil
+}
+
+// existingGateway gives an existing cluster only the gateway Service and
+// waits for the address its own load-balancer controller assigns.
+func (i *Installer) existingGateway(ctx context.Context, k *kube, r ClusterResult, t target) (ClusterResult, error) {
+	if err := k.applyAll(ctx, gatewayObjects(t.plan.Network)); err != nil {
+		return r, fmt.Errorf("applying the east-west gateway service: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, i.timeout)
+	defer cancel()
+	addrs, err := k.waitAddress(ctx, i.poll)
+	if err != nil {
+		return r, fmt.Errorf("east-west gateway service %s has no external address after %s: %w (an existing cluster needs a load-balancer controller of its own: meshctl installs MetalLB only on kind clusters)", r.Service, i.timeout, err)
+	}
+	r.Addresses = addrs
+	i.logger.V(1).Infof("%s: east-west gateway at %s (the cluster's own load balancer)", t.plan.Name, strings.Join(addrs, ", "))
 	return r, nil
 }
