@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/install/installer"
 )
 
 func newDownCommand(g *globals) *cobra.Command {
@@ -37,7 +39,11 @@ kind clusters and keeps them.`,
 			if g.settings.GetBool("registry") {
 				opts = append(opts, cluster.DownWithRegistry(g.settings.GetString("registry-name")))
 			}
-			opts = append(opts, cluster.DownWithClusters(args...), cluster.DownWithUninstallOnly(g.settings.GetBool("uninstall-only")))
+			uninstallOnly := g.settings.GetBool("uninstall-only")
+			opts = append(opts, cluster.DownWithClusters(args...), cluster.DownWithUninstallOnly(uninstallOnly))
+			if err := g.uninstallKept(cmd.Context(), uninstallOnly); err != nil {
+				return err
+			}
 			res, err := g.provider().Down(cmd.Context(), g.settings.GetString("env"), opts...)
 			if err != nil {
 				return err
@@ -63,6 +69,33 @@ kind clusters and keeps them.`,
 	cmd.Flags().Bool("registry", false, "also delete the local registry container")
 	cmd.Flags().Bool("uninstall-only", false, "keep the kind clusters too: only remove what meshctl installed (as down always does for existing clusters)")
 	cmd.Flags().String("registry-name", cluster.DefaultRegistryName, "name of the registry container")
+	cmd.Flags().Duration("install-timeout", installer.DefaultTimeout, "how long each chart's uninstall may take (existing clusters, --uninstall-only)")
 	addOutputFlag(cmd)
 	return cmd
+}
+
+// uninstallKept removes meshctl's Helm releases from the clusters down keeps
+// — existing ones, and every one with --uninstall-only — before their
+// labelled objects go: Helm's objects are labelled managed-by=Helm, and
+// deleting them behind Helm's back would leave releases that lie.
+func (g *globals) uninstallKept(ctx context.Context, uninstallOnly bool) error {
+	env := g.settings.GetString("env")
+	cs, err := g.provider().Environment(ctx, env)
+	if err != nil {
+		return err
+	}
+	var kept []cluster.ClusterPlan
+	for _, c := range cs {
+		if c.Existing || uninstallOnly {
+			kept = append(kept, c)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	res, err := g.uninstallCharts(ctx, env, kept, installer.DefaultNamespace)
+	if err != nil {
+		return fmt.Errorf("uninstalling meshctl's charts: %w", err)
+	}
+	return failedClusters("uninstall", res)
 }

@@ -313,16 +313,7 @@ reported, not an error. The cacerts Secret and the namespace stay.`,
 			if len(cs) == 0 {
 				return fmt.Errorf("environment %q has no clusters", env)
 			}
-			ns := g.settings.GetString("namespace")
-			var targets []installer.Target
-			for _, c := range cs {
-				targets = append(targets, installer.Target{Cluster: c.Name, Kubeconfig: p.KubeconfigPath(env, c.Name, false),
-					Values: map[string]any{"global": map[string]any{"istioNamespace": ns}}})
-			}
-			status := cli.NewStatus(g.logger)
-			status.Start(fmt.Sprintf("Uninstalling meshctl's charts from %d cluster(s)", len(targets)))
-			res, err := installer.New(installer.WithTimeout(g.settings.GetDuration("install-timeout"))).Uninstall(cmd.Context(), targets...)
-			status.End(err == nil && !res.Failed())
+			res, err := g.uninstallCharts(cmd.Context(), env, cs, g.settings.GetString("namespace"))
 			if err != nil {
 				return err
 			}
@@ -337,6 +328,22 @@ reported, not an error. The cacerts Secret and the namespace stay.`,
 	f.Duration("install-timeout", installer.DefaultTimeout, "how long each chart's uninstall may take")
 	addOutputFlag(cmd)
 	return cmd
+}
+
+// uninstallCharts removes meshctl's releases from the clusters cs of env, in
+// parallel, as one status step; uninstall and down both use it.
+func (g *globals) uninstallCharts(ctx context.Context, env string, cs []cluster.ClusterPlan, ns string) (*installer.Result, error) {
+	p := g.provider()
+	var targets []installer.Target
+	for _, c := range cs {
+		targets = append(targets, installer.Target{Cluster: c.Name, Kubeconfig: p.KubeconfigPath(env, c.Name, false),
+			Values: map[string]any{"global": map[string]any{"istioNamespace": ns}}})
+	}
+	status := cli.NewStatus(g.logger)
+	status.Start(fmt.Sprintf("Uninstalling meshctl's charts from %d cluster(s)", len(targets)))
+	res, err := installer.New(installer.WithTimeout(g.settings.GetDuration("install-timeout"))).Uninstall(ctx, targets...)
+	status.End(err == nil && !res.Failed())
+	return res, err
 }
 
 // discoveredGateways turns the east-west gateway addresses that connect just
