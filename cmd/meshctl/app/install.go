@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -226,7 +225,14 @@ func (g *globals) loadImage(ctx context.Context, p *cluster.Provider, plan *clus
 	}
 	var nodes []image.Node
 	for _, c := range st.Clusters {
-		if !slices.ContainsFunc(plan.Clusters, func(pc cluster.ClusterPlan) bool { return pc.Name == c.Name }) {
+		pc, ok := plan.Cluster(c.Name)
+		if !ok {
+			continue
+		}
+		if pc.Existing {
+			// Its nodes are not containers on this machine: they pull the
+			// image like any other, from a registry the user pushed it to.
+			g.logger.Warnf("cluster %q is an existing cluster: its nodes cannot be side-loaded; push %s to a registry they pull from and set image.repository / image.tag", c.Name, img.Ref())
 			continue
 		}
 		if c.Error != "" {
