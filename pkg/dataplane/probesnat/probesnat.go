@@ -17,13 +17,18 @@ import (
 // DefaultTable names the node-side table.
 const DefaultTable = "meshctl-host"
 
-const setV4 = "meshed-pods-v4"
+const (
+	setV4 = "meshed-pods-v4"
+	setV6 = "meshed-pods-v6"
+)
 
-// SNAT keeps the node's probe SNAT rule and its set of meshed pod IPs.
+// SNAT keeps the node's probe SNAT rules (IPv4 and IPv6) and their sets of
+// meshed pod IPs.
 type SNAT struct {
-	table  string
-	source netip.Addr
-	netns  *os.File
+	table    string
+	source   netip.Addr
+	sourceV6 netip.Addr
+	netns    *os.File
 }
 
 // Option configures a SNAT.
@@ -36,18 +41,39 @@ func WithTable(name string) Option { return func(s *SNAT) { s.table = name } }
 // that is not itself in the host netns).
 func WithNetns(f *os.File) Option { return func(s *SNAT) { s.netns = f } }
 
-// New returns a SNAT rewriting probes to redirect.DefaultProbeSource, the
-// address the in-pod rules exempt.
+// New returns a SNAT rewriting probes to redirect.DefaultProbeSource (IPv4)
+// and redirect.DefaultProbeSourceV6, the addresses the in-pod rules exempt.
 func New(opts ...Option) *SNAT {
-	s := &SNAT{table: DefaultTable, source: redirect.DefaultProbeSource}
+	s := &SNAT{table: DefaultTable, source: redirect.DefaultProbeSource, sourceV6: redirect.DefaultProbeSourceV6}
 	for _, o := range opts {
 		o(s)
 	}
 	return s
 }
 
-func (s *SNAT) setRef() *nftables.Set {
-	return &nftables.Set{Table: nftutil.Table(s.table), Name: setV4, KeyType: nftables.TypeIPAddr}
+// family is what differs between the IPv4 and IPv6 rule.
+type family struct {
+	set    string
+	key    nftables.SetDatatype
+	proto  byte   // NFPROTO_IPV4 / NFPROTO_IPV6
+	dstOff uint32 // destination address in the network header
+	len    uint32
+}
+
+var (
+	v4 = family{set: setV4, key: nftables.TypeIPAddr, proto: unix.NFPROTO_IPV4, dstOff: 16, len: 4}
+	v6 = family{set: setV6, key: nftables.TypeIP6Addr, proto: unix.NFPROTO_IPV6, dstOff: 24, len: 16}
+)
+
+func (s *SNAT) setRef(f family) *nftables.Set {
+	return &nftables.Set{Table: nftutil.Table(s.table), Name: f.set, KeyType: f.key}
+}
+
+func (s *SNAT) sourceOf(f family) netip.Addr {
+	if f.proto == unix.NFPROTO_IPV6 {
+		return s.sourceV6
+	}
+	return s.source
 }
 
 // Setup (re)creates the table with exactly pods as the meshed set, in one
@@ -65,47 +91,52 @@ func (s *SNAT) Setup(pods ...netip.Addr) error {
 		c.DelTable(nftutil.Table(s.table))
 	}
 	t := c.AddTable(nftutil.Table(s.table))
-	set := s.setRef()
-	set.Table = t
-	if err := c.AddSet(set, elements(pods)); err != nil {
-		return fmt.Errorf("adding meshed pod set: %w", err)
-	}
 	ch := c.AddChain(&nftables.Chain{
 		Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource,
 	})
-	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		// Source is an address of this node: a host process, i.e. the
-		// kubelet, not a pod whose traffic the node forwards.
-		&expr.Fib{Register: 1, FlagSADDR: true, ResultADDRTYPE: true},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
-		&expr.Immediate{Register: 1, Data: s.source.AsSlice()},
-		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1},
-	}})
+	for _, f := range []family{v4, v6} {
+		set := s.setRef(f)
+		set.Table = t
+		if err := c.AddSet(set, elements(pods, f)); err != nil {
+			return fmt.Errorf("adding meshed pod set %s: %w", f.set, err)
+		}
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{f.proto}},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+			// Source is an address of this node: a host process, i.e. the
+			// kubelet, not a pod whose traffic the node forwards.
+			&expr.Fib{Register: 1, FlagSADDR: true, ResultADDRTYPE: true},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: f.dstOff, Len: f.len},
+			&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+			&expr.Immediate{Register: 1, Data: s.sourceOf(f).AsSlice()},
+			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: uint32(f.proto), RegAddrMin: 1},
+		}})
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("installing probe SNAT: %w", err)
 	}
 	return nil
 }
 
-// AddPod adds a meshed pod's IPv4 addresses to the set.
+// AddPod adds a meshed pod's addresses (IPv4 and IPv6) to the sets.
 func (s *SNAT) AddPod(ips ...netip.Addr) error {
-	els := elements(ips)
-	if len(els) == 0 {
+	if len(ips) == 0 {
 		return nil
 	}
 	c, err := nftutil.Open(s.netns)
 	if err != nil {
 		return err
 	}
-	if err := c.SetAddElements(s.setRef(), els); err != nil {
-		return fmt.Errorf("adding pod to probe SNAT: %w", err)
+	for _, f := range []family{v4, v6} {
+		if els := elements(ips, f); len(els) > 0 {
+			if err := c.SetAddElements(s.setRef(f), els); err != nil {
+				return fmt.Errorf("adding pod to probe SNAT: %w", err)
+			}
+		}
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("adding pod to probe SNAT: %w", err)
@@ -113,31 +144,38 @@ func (s *SNAT) AddPod(ips ...netip.Addr) error {
 	return nil
 }
 
-// RemovePod takes a pod's addresses out of the set; absent ones are fine.
+// RemovePod takes a pod's addresses out of the sets; absent ones are fine.
 func (s *SNAT) RemovePod(ips ...netip.Addr) error {
 	c, err := nftutil.Open(s.netns)
 	if err != nil {
 		return err
 	}
-	present, err := c.GetSetElements(s.setRef())
-	if err != nil {
-		return fmt.Errorf("listing probe SNAT set: %w", err)
-	}
 	want := map[netip.Addr]bool{}
 	for _, ip := range ips {
 		want[ip.Unmap()] = true
 	}
-	var del []nftables.SetElement
-	for _, e := range present {
-		if a, ok := netip.AddrFromSlice(e.Key); ok && want[a] {
-			del = append(del, e)
+	changed := false
+	for _, f := range []family{v4, v6} {
+		present, err := c.GetSetElements(s.setRef(f))
+		if err != nil {
+			return fmt.Errorf("listing probe SNAT set %s: %w", f.set, err)
 		}
+		var del []nftables.SetElement
+		for _, e := range present {
+			if a, ok := netip.AddrFromSlice(e.Key); ok && want[a.Unmap()] {
+				del = append(del, e)
+			}
+		}
+		if len(del) == 0 {
+			continue
+		}
+		if err := c.SetDeleteElements(s.setRef(f), del); err != nil {
+			return fmt.Errorf("removing pod from probe SNAT: %w", err)
+		}
+		changed = true
 	}
-	if len(del) == 0 {
+	if !changed {
 		return nil
-	}
-	if err := c.SetDeleteElements(s.setRef(), del); err != nil {
-		return fmt.Errorf("removing pod from probe SNAT: %w", err)
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("removing pod from probe SNAT: %w", err)
@@ -153,12 +191,11 @@ func (s *SNAT) Teardown() error {
 	return nil
 }
 
-// elements keeps the IPv4 addresses: the SNAT source is IPv4, as upstream's
-// default is.
-func elements(ips []netip.Addr) []nftables.SetElement {
+// elements keeps the addresses of family f.
+func elements(ips []netip.Addr, f family) []nftables.SetElement {
 	var out []nftables.SetElement
 	for _, ip := range ips {
-		if ip = ip.Unmap(); ip.Is4() {
+		if ip = ip.Unmap(); (f.proto == unix.NFPROTO_IPV6) == ip.Is6() {
 			out = append(out, nftables.SetElement{Key: ip.AsSlice()})
 		}
 	}

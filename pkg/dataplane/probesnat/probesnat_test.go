@@ -3,10 +3,12 @@ package probesnat
 import (
 	"net"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
 	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
@@ -22,10 +24,35 @@ func TestIntegrationProbeSNATRealTraffic(t *testing.T) {
 		podNS, "eth0", netip.MustParsePrefix("10.98.0.2/24")); err != nil {
 		t.Fatal(err)
 	}
-	// As in a cluster, the pod's default route is the node, which is how
-	// replies to 169.254.7.127 get back to be un-NATed.
+	// IPv6 too, without duplicate address detection (a tentative address
+	// cannot be used for a second or two).
+	addV6 := func(ns *os.File, link, addr string) {
+		t.Helper()
+		err := netnstest.Do(ns, func() error {
+			l, err := netlink.LinkByName(link)
+			if err != nil {
+				return err
+			}
+			a, err := netlink.ParseAddr(addr)
+			if err != nil {
+				return err
+			}
+			a.Flags = unix.IFA_F_NODAD
+			return netlink.AddrAdd(l, a)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	addV6(nodeNS, "vethpod", "fd00:98::1/64")
+	addV6(podNS, "eth0", "fd00:98::2/64")
+	// As in a cluster, the pod's default routes are the node, which is how
+	// replies to the probe sources get back to be un-NATed.
 	err := netnstest.Do(podNS, func() error {
-		return netlink.RouteAdd(&netlink.Route{Gw: net.ParseIP("10.98.0.1")})
+		if err := netlink.RouteAdd(&netlink.Route{Gw: net.ParseIP("10.98.0.1")}); err != nil {
+			return err
+		}
+		return netlink.RouteAdd(&netlink.Route{Gw: net.ParseIP("fd00:98::1")})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -49,43 +76,58 @@ func TestIntegrationProbeSNATRealTraffic(t *testing.T) {
 			}
 		}()
 	}
-	probe := func(want, wantFrom string) {
+	probeTo := func(dst, want, wantFrom string) {
 		t.Helper()
-		if err := netnstest.Dial(nodeNS, "10.98.0.2:8080", "", 0); err != nil {
-			t.Fatalf("probe: %v", err)
+		if err := netnstest.Dial(nodeNS, dst, "", 0); err != nil {
+			t.Fatalf("probe %s: %v", dst, err)
 		}
 		select {
 		case a := <-got:
 			if a.listener != want || (wantFrom != "" && a.from != wantFrom) {
-				t.Fatalf("probe arrived on %s from %s, want %s from %q", a.listener, a.from, want, wantFrom)
+				t.Fatalf("probe to %s arrived on %s from %s, want %s from %q", dst, a.listener, a.from, want, wantFrom)
 			}
 		case <-time.After(3 * time.Second):
-			t.Fatal("probe arrived nowhere")
+			t.Fatalf("probe to %s arrived nowhere", dst)
 		}
 	}
+	probe := func(want, wantFrom string) {
+		t.Helper()
+		probeTo("10.98.0.2:8080", want, wantFrom)
+	}
+	probe6 := func(want, wantFrom string) {
+		t.Helper()
+		probeTo("[fd00:98::2]:8080", want, wantFrom)
+	}
 
+	const v6Source = "fd16:9254:7127:1337:ffff:ffff:ffff:ffff"
+	pod4, pod6 := netip.MustParseAddr("10.98.0.2"), netip.MustParseAddr("fd00:98::2")
 	probe("inbound", "") // no SNAT yet: captured like any inbound traffic
+	probe6("inbound", "")
 	s := New(WithNetns(nodeNS))
 	if err := s.Setup(); err != nil {
 		t.Fatal(err)
 	}
-	probe("inbound", "") // pod not in the set
-	if err := s.AddPod(netip.MustParseAddr("10.98.0.2"), netip.MustParseAddr("fd00::2")); err != nil {
+	probe("inbound", "") // pod not in the sets
+	probe6("inbound", "")
+	if err := s.AddPod(pod4, pod6); err != nil {
 		t.Fatal(err)
 	}
 	probe("app", "169.254.7.127")
+	probe6("app", v6Source)
 	// A restarted agent re-creates the table with the pods it knows.
-	if err := s.Setup(netip.MustParseAddr("10.98.0.2")); err != nil {
+	if err := s.Setup(pod4, pod6); err != nil {
 		t.Fatal(err)
 	}
 	probe("app", "169.254.7.127")
-	if err := s.RemovePod(netip.MustParseAddr("10.98.0.2")); err != nil {
+	probe6("app", v6Source)
+	if err := s.RemovePod(pod4, pod6); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RemovePod(netip.MustParseAddr("10.98.0.2")); err != nil {
+	if err := s.RemovePod(pod4, pod6); err != nil {
 		t.Fatalf("second RemovePod: %v", err)
 	}
 	probe("inbound", "")
+	probe6("inbound", "")
 	if err := s.Teardown(); err != nil {
 		t.Fatal(err)
 	}

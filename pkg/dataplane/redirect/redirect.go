@@ -28,11 +28,16 @@ const (
 	ReturnRulePriority = 32764
 	DefaultTable       = "meshctl-inpod"
 	kubeletProbeV4     = "169.254.7.127"
+	kubeletProbeV6     = "fd16:9254:7127:1337:ffff:ffff:ffff:ffff"
 )
 
-// DefaultProbeSource is the address upstream's node agent SNATs kubelet
-// probes to; traffic from it reaches the pod's ports directly.
-var DefaultProbeSource = netip.MustParseAddr(kubeletProbeV4)
+// DefaultProbeSource and DefaultProbeSourceV6 are the addresses upstream's
+// node agent SNATs kubelet probes to (IPv4, IPv6); traffic from them reaches
+// the pod's ports directly.
+var (
+	DefaultProbeSource   = netip.MustParseAddr(kubeletProbeV4)
+	DefaultProbeSourceV6 = netip.MustParseAddr(kubeletProbeV6)
+)
 
 // Redirector applies and removes the in-pod rules.
 type Redirector struct {
@@ -53,7 +58,7 @@ func WithProbeSources(addrs ...netip.Addr) Option {
 
 // New returns a Redirector with upstream-compatible defaults.
 func New(opts ...Option) *Redirector {
-	r := &Redirector{table: DefaultTable, probeSources: []netip.Addr{DefaultProbeSource}}
+	r := &Redirector{table: DefaultTable, probeSources: []netip.Addr{DefaultProbeSource, DefaultProbeSourceV6}}
 	for _, o := range opts {
 		o(r)
 	}
