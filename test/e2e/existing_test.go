@@ -63,6 +63,25 @@ var _ = Describe("an environment mixing kind with an existing cluster", Ordered,
 		}, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
 
+		// The cluster's own load-balancer controller (a cloud's, in real
+		// life): it gives the east-west gateway Service an address, since
+		// the two clusters are on different networks and meshctl installs
+		// MetalLB only on kind clusters. 203.0.113.0/24 is TEST-NET-3:
+		// never contacted.
+		lbCtx, stopLB := context.WithCancel(context.Background())
+		DeferCleanup(stopLB)
+		go func() {
+			defer GinkgoRecover()
+			for lbCtx.Err() == nil {
+				svc, err := apiCS.CoreV1().Services("istio-system").Get(lbCtx, "istio-eastwestgateway", metav1.GetOptions{})
+				if err == nil && len(svc.Status.LoadBalancer.Ingress) == 0 {
+					svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.10"}}
+					_, _ = apiCS.CoreV1().Services("istio-system").UpdateStatus(lbCtx, svc, metav1.UpdateOptions{})
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}()
+
 		dir := GinkgoT().TempDir()
 		kc := clientcmdapi.NewConfig()
 		kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: api.Config.Host, CertificateAuthorityData: api.Config.CAData}
@@ -98,6 +117,15 @@ var _ = Describe("an environment mixing kind with an existing cluster", Ordered,
 		claim, err := clientset(res.Clusters[1].Kubeconfig).CoreV1().ConfigMaps(cluster.ClaimNamespace).Get(context.Background(), cluster.ClaimName, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(claim.Data).To(HaveKeyWithValue("env", xenv))
+
+		// Different networks: the existing cluster got the gateway Service
+		// (its address from its own load balancer), and no MetalLB.
+		svc, err := apiCS.CoreV1().Services("istio-system").Get(context.Background(), "istio-eastwestgateway", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(svc.Spec.Type).To(Equal(corev1.ServiceTypeLoadBalancer))
+		Expect(svc.Status.LoadBalancer.Ingress).To(ConsistOf(corev1.LoadBalancerIngress{IP: "203.0.113.10"}))
+		_, err = apiCS.CoreV1().Namespaces().Get(context.Background(), "metallb-system", metav1.GetOptions{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "metallb-system in the existing cluster: %v", err)
 	})
 
 	It("installs the shared root CA in both", func() {
