@@ -5,14 +5,14 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/meshctl/meshctl/internal/parallel"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -192,19 +192,12 @@ func (i *Image) Load(ctx context.Context, exec Executor, nodes ...Node) error {
 		return err
 	}
 	archive := buf.Bytes() // shared, read-only: one copy whatever the node count
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for n, node := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := exec.Exec(ctx, node.Cluster, node.Name, archive, "sh", "-c", importScript); err != nil {
-				errs[n] = fmt.Errorf("loading %s into node %s of cluster %s: %w", i.Ref(), node.Name, node.Cluster, err)
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return parallel.ForEach(nodes, func(node Node) error {
+		if err := exec.Exec(ctx, node.Cluster, node.Name, archive, "sh", "-c", importScript); err != nil {
+			return fmt.Errorf("loading %s into node %s of cluster %s: %w", i.Ref(), node.Name, node.Cluster, err)
+		}
+		return nil
+	})
 }
 
 // layerTar is the image's only layer: the directories, the binary and the

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshctl/meshctl/internal/parallel"
+
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -231,30 +233,21 @@ func validate(c *chart.Chart, values map[string]any) error {
 
 // reachable checks every cluster's API server answers, concurrently.
 func reachable(ctx context.Context, targets []Target) error {
-	errs := make([]error, len(targets))
-	var wg sync.WaitGroup
-	for n, t := range targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg, err := clientcmd.BuildConfigFromFlags("", t.Kubeconfig)
-			if err != nil {
-				errs[n] = fmt.Errorf("cluster %q: kubeconfig %s: %w", t.Cluster, t.Kubeconfig, err)
-				return
-			}
-			cfg.Timeout = 15 * time.Second
-			dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-			if err != nil {
-				errs[n] = fmt.Errorf("cluster %q: %w", t.Cluster, err)
-				return
-			}
-			if _, err := dc.ServerVersion(); err != nil {
-				errs[n] = fmt.Errorf("cluster %q is unreachable at %s: %w", t.Cluster, cfg.Host, err)
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return parallel.ForEach(targets, func(t Target) error {
+		cfg, err := clientcmd.BuildConfigFromFlags("", t.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("cluster %q: kubeconfig %s: %w", t.Cluster, t.Kubeconfig, err)
+		}
+		cfg.Timeout = 15 * time.Second
+		dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("cluster %q: %w", t.Cluster, err)
+		}
+		if _, err := dc.ServerVersion(); err != nil {
+			return fmt.Errorf("cluster %q is unreachable at %s: %w", t.Cluster, cfg.Host, err)
+		}
+		return nil
+	})
 }
 
 // Install installs or upgrades every chart in every target, clusters in
