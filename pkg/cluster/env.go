@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -55,23 +54,22 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 		names = nil
 	}
 	out := make([]Existing, len(names))
-	var wg sync.WaitGroup
 	for i, n := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i] = Existing{KindName: n}
-			rec, err := p.readRecord(n)
-			switch {
-			case errors.Is(err, errNoRecord):
-			case err != nil:
-				out[i].Error = err.Error()
-			default:
-				out[i].Record = rec
-			}
-		}()
+		out[i] = Existing{KindName: n}
 	}
-	wg.Wait()
+	// A record that cannot be read is reported on its cluster, not as an
+	// error of the listing: the fan-out's error is always nil here.
+	_ = parallel.ForEach(indexes(len(out)), func(i int) error {
+		rec, err := p.readRecord(out[i].KindName)
+		switch {
+		case errors.Is(err, errNoRecord):
+		case err != nil:
+			out[i].Error = err.Error()
+		default:
+			out[i].Record = rec
+		}
+		return nil
+	})
 	for _, r := range recs {
 		out = append(out, Existing{Record: &r})
 	}
