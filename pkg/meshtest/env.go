@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -14,22 +15,17 @@ import (
 
 	"sigs.k8s.io/kind/pkg/log"
 
-	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/internal/fsutil"
 	"github.com/meshctl/meshctl/pkg/cluster"
-	"github.com/meshctl/meshctl/pkg/connect"
-	"github.com/meshctl/meshctl/pkg/install/meshca"
+	"github.com/meshctl/meshctl/pkg/install/image"
+	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
-// provider is the part of cluster.Provider an Env uses: the library behind
-// `meshctl up`, `status` and `down`. Unit tests replace it.
+// provider is the part of cluster.Provider an Env uses: what pkg/mesh (the
+// library behind `meshctl up`) needs, and `down`. Unit tests replace it.
 type provider interface {
-	Up(ctx context.Context, plan *cluster.Plan, opts ...cluster.UpOption) (*cluster.UpResult, error)
-	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
-	Kubeconfig(ctx context.Context, env, name string, internal bool) ([]byte, error)
-	Status(ctx context.Context, env, registry string) (*cluster.StatusResult, error)
+	mesh.Provider
 	Down(ctx context.Context, env string, opts ...cluster.DownOption) (*cluster.DownResult, error)
-	Exec(ctx context.Context, kindName, node string, stdin []byte, argv ...string) error
 }
 
 // Env is a multi-cluster environment a suite runs against: made by Setup
@@ -73,6 +69,7 @@ type Option func(*options)
 
 type options struct {
 	cfg      config
+	mesh     []mesh.Option
 	prov     provider
 	logger   log.Logger
 	flags    flagSet
@@ -114,6 +111,31 @@ func WithEchoImage(image string) Option { return func(o *options) { o.cfg.EchoIm
 
 // WithWait bounds the wait for each created control plane to be Ready.
 func WithWait(d time.Duration) Option { return func(o *options) { o.cfg.Wait = d } }
+
+// WithInstall installs meshctl's CNI and HBONE dataplane as `meshctl up`
+// does, with the dataplane image built from binary: a static Linux meshctl
+// (CGO_ENABLED=0; a test binary cannot be it). An empty binary means the
+// meshctl found on PATH.
+func WithInstall(binary string) Option {
+	return func(o *options) { o.cfg.Install, o.cfg.DataplaneBinary = true, binary }
+}
+
+// WithImageRegistry pushes the dataplane image to this registry, for
+// topologies with existing clusters (see meshctl install --image-registry).
+func WithImageRegistry(registry string) Option {
+	return func(o *options) { o.cfg.ImageRegistry = registry }
+}
+
+// WithRemoteSecrets turns Istio remote secrets on or off (default on, as
+// `meshctl up`).
+func WithRemoteSecrets(b bool) Option { return func(o *options) { o.cfg.RemoteSecrets = b } }
+
+// WithMeshOptions passes options to pkg/mesh, the library that makes the
+// environment: Helm values (mesh.WithValues), MetalLB images
+// (mesh.WithGatewayOptions), install timeout, and so on.
+func WithMeshOptions(opts ...mesh.Option) Option {
+	return func(o *options) { o.mesh = append(o.mesh, opts...) }
+}
 
 // WithLogger sets where progress goes (default: GinkgoWriter, shown for a
 // failed setup or with -v).
@@ -163,16 +185,35 @@ func create(ctx context.Context, o options) (description, error) {
 	if cfg.Reuse {
 		return reuse(ctx, o.prov, cfg, plan)
 	}
-	return up(ctx, o.prov, o.log(), cfg, plan)
+	return up(ctx, o.prov, o.log(), cfg, plan, o.mesh)
 }
 
-// up is `meshctl up` through its library: the clusters (created in parallel
-// or reused as planned), then routes between clusters on one network, then
-// each cluster's intermediate of a shared root CA.
-func up(ctx context.Context, p provider, logger log.Logger, cfg config, plan *cluster.Plan) (description, error) {
-	res, err := p.Up(ctx, plan, cluster.UpWithWait(cfg.Wait))
-	if err != nil {
-		return description{}, fmt.Errorf("meshtest: creating environment %q: %w", plan.Env, err)
+// up is `meshctl up` through its library, pkg/mesh: the clusters (created
+// in parallel or reused as planned), routes between clusters on one network
+// and east-west gateways between networks, remote secrets, each cluster's
+// intermediate of a shared root CA, and with WithInstall the dataplane.
+func up(ctx context.Context, p provider, logger log.Logger, cfg config, plan *cluster.Plan, extra []mesh.Option) (description, error) {
+	opts := []mesh.Option{
+		mesh.WithLogger(logger), mesh.WithArtifacts(cfg.Artifacts),
+		mesh.WithUpOptions(cluster.UpWithWait(cfg.Wait)),
+		mesh.WithRemoteSecrets(cfg.RemoteSecrets), mesh.WithInstall(cfg.Install),
+	}
+	if cfg.Install {
+		bin := cfg.DataplaneBinary
+		if bin == "" {
+			var err error
+			if bin, err = exec.LookPath("meshctl"); err != nil {
+				return description{}, fmt.Errorf("meshtest: installing the dataplane needs a static meshctl binary to build its image from: give -meshtest.dataplane-binary (or meshtest.WithInstall(path)), or put meshctl on PATH (%w)", err)
+			}
+		}
+		opts = append(opts, mesh.WithImage(image.WithBinary(bin)))
+	}
+	if cfg.ImageRegistry != "" {
+		opts = append(opts, mesh.WithImageRegistry(cfg.ImageRegistry))
+	}
+	res, err := mesh.New(p, append(opts, extra...)...).Up(ctx, plan)
+	if res == nil {
+		return description{}, fmt.Errorf("meshtest: %w", err)
 	}
 	d := description{Env: plan.Env, Artifacts: cfg.Artifacts, EchoImage: cfg.EchoImage, Keep: cfg.Keep, Owned: true}
 	if res.Registry != nil {
@@ -185,31 +226,15 @@ func up(ctx context.Context, p provider, logger log.Logger, cfg config, plan *cl
 		c, _ := plan.Cluster(r.Name)
 		d.Clusters = append(d.Clusters, descFor(c, r.Kubeconfig))
 	}
-	status := cli.NewStatus(logger)
-	status.Start("Connecting clusters on the same network")
-	_, err = connect.New(p, p, connect.WithLogger(logger)).Connect(ctx, plan.Env)
-	status.End(err == nil)
 	if err != nil {
-		return d, fmt.Errorf("meshtest: environment %q is up, but connecting its clusters failed: %w", plan.Env, err)
+		return d, fmt.Errorf("meshtest: %w", err)
 	}
-	status.Start("Installing the shared root CA (istio-system/cacerts)")
-	err = installCacerts(ctx, d)
-	status.End(err == nil)
-	if err != nil {
-		return d, fmt.Errorf("meshtest: environment %q is up, but installing the shared root CA failed: %w", plan.Env, err)
+	if res.Install != nil {
+		if failed := res.Install.Failed(); len(failed) > 0 {
+			return d, fmt.Errorf("meshtest: environment %q is up, but installing the dataplane failed in cluster(s) %s", plan.Env, strings.Join(failed, ", "))
+		}
 	}
 	return d, nil
-}
-
-// installCacerts does what `meshctl up --cacerts` does: the CA files of the
-// environment under the artifacts directory (created or reused), then each
-// cluster's cacerts Secret, concurrently.
-func installCacerts(ctx context.Context, d description) error {
-	kubeconfigs := make(map[string]string, len(d.Clusters))
-	for _, c := range d.Clusters {
-		kubeconfigs[c.Name] = c.Kubeconfig
-	}
-	return meshca.New(meshca.Dir(d.Artifacts, d.Env), meshca.WithName(d.Env)).Install(ctx, kubeconfigs)
 }
 
 // reuse takes the environment `meshctl up` made, as its cluster records

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/kind/pkg/log"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
 	"github.com/meshctl/meshctl/pkg/install/meshca"
 )
 
@@ -138,9 +139,10 @@ func TestDescriptionRoundTrip(t *testing.T) {
 }
 
 // TestIntegrationCreateAndReuse drives both ways to an environment against
-// two real kube-apiservers standing in for the clusters: up's flow (routes
-// through the provider's node exec, the shared root CA installed as
-// cacerts), then reuse of what is there, with working clients.
+// two real kube-apiservers standing in for the clusters: up's flow through
+// pkg/mesh (routes through the provider's node exec, remote secrets, the
+// shared root CA installed as cacerts), then reuse of what is there, with
+// working clients.
 func TestIntegrationCreateAndReuse(t *testing.T) {
 	kcs := twoAPIServers(t)
 	ctx := context.Background()
@@ -179,6 +181,14 @@ func TestIntegrationCreateAndReuse(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "mt", "ca", meshca.RootKeyFile)); err != nil {
 		t.Errorf("the CA files are not under the artifacts directory: %v", err)
+	}
+	// Both primaries read the other cluster through a remote secret.
+	for i, c := range e.Clusters() {
+		other := e.Clusters()[1-i].Name
+		sec, err := c.Kube.CoreV1().Secrets(remotesecret.Namespace).Get(ctx, remotesecret.SecretPrefix+other, metav1.GetOptions{})
+		if err != nil || len(sec.Data[other]) == 0 {
+			t.Errorf("cluster %s: remote secret for %s: %v", c.Name, other, err)
+		}
 	}
 	if got := e.Primaries(); len(got) != 2 || !got[0].Is(cluster.RolePrimary) {
 		t.Errorf("primaries: %v", got)

@@ -61,6 +61,10 @@ func (f *fakeProvider) Up(_ context.Context, plan *cluster.Plan, _ ...cluster.Up
 	return res, nil
 }
 
+func (f *fakeProvider) KubeconfigPath(env, name string, _ bool) string {
+	return filepath.Join(f.dir, env, name, "kubeconfig")
+}
+
 func (f *fakeProvider) Environment(_ context.Context, env string) ([]cluster.ClusterPlan, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -127,15 +131,18 @@ func kubeconfigFor(cfg *rest.Config) []byte {
 	return b
 }
 
-// twoAPIServers starts two real kube-apiservers: the clusters of tests that
-// talk to Kubernetes. It skips (saying why) without the binaries.
+// twoAPIServers starts two real kube-apiservers, each with the
+// controller-manager's token controller (remote secrets need service account
+// tokens): the clusters of tests that talk to Kubernetes. It skips (saying
+// why) without the binaries.
 func twoAPIServers(t *testing.T) [][]byte {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration: skipped with -short")
 	}
 	// testenv.New runs on the test goroutine: it may Skip or Fatal.
-	return [][]byte{kubeconfigFor(testenv.New(t)), kubeconfigFor(testenv.New(t))}
+	const tokens = "serviceaccount-token-controller"
+	return [][]byte{kubeconfigFor(testenv.NewWithControllers(t, tokens)), kubeconfigFor(testenv.NewWithControllers(t, tokens))}
 }
 
 func isolated(p provider, dir string, opts ...Option) options {

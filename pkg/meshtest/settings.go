@@ -27,6 +27,11 @@ type config struct {
 	Registry  cluster.Registry
 	EchoImage string
 	Wait      time.Duration
+	// What `meshctl up` does beyond the clusters.
+	RemoteSecrets   bool
+	Install         bool
+	DataplaneBinary string
+	ImageRegistry   string
 }
 
 // DefaultEchoImage is the image DeployEcho runs: it needs sh, httpd and nc
@@ -41,6 +46,9 @@ func defaultConfig() config {
 		Registry:  cluster.Registry{Enabled: false, Name: cluster.DefaultRegistryName, Port: cluster.DefaultRegistryPort, Image: cluster.DefaultRegistryImage},
 		EchoImage: DefaultEchoImage,
 		Wait:      cluster.DefaultWait,
+		// As `meshctl up`; the install is opt-in because it needs a
+		// static meshctl binary, which a test binary is not.
+		RemoteSecrets: true,
 	}
 }
 
@@ -73,6 +81,10 @@ var settings = []setting{
 	{name: "registry-port", usage: "host port of the local registry", apply: intSetting(func(c *config) *int { return &c.Registry.Port })},
 	{name: "registry-image", usage: "image of the local registry container", apply: func(c *config, v string) error { c.Registry.Image = v; return nil }},
 	{name: "echo-image", usage: "image of DeployEcho's workload (needs sh, httpd, nc)", apply: func(c *config, v string) error { c.EchoImage = v; return nil }},
+	{name: "remote-secrets", isBool: true, usage: "install Istio remote secrets, as meshctl up does (default true)", apply: boolSetting(func(c *config) *bool { return &c.RemoteSecrets })},
+	{name: "install", isBool: true, usage: "install meshctl's CNI and HBONE dataplane, as meshctl up does", apply: boolSetting(func(c *config) *bool { return &c.Install })},
+	{name: "dataplane-binary", usage: "static meshctl binary the dataplane image is built from (default: meshctl on PATH)", apply: func(c *config, v string) error { c.DataplaneBinary = v; return nil }},
+	{name: "image-registry", usage: "push the dataplane image to this registry (HOST[:PORT][/PATH]): needed for existing clusters", apply: func(c *config, v string) error { c.ImageRegistry = v; return nil }},
 	{name: "wait", usage: "how long to wait for each created control plane to be Ready", apply: func(c *config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil {

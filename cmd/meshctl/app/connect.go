@@ -1,15 +1,14 @@
 package app
 
 import (
-	"context"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/pkg/connect"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
+	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
 func newConnectCommand(g *globals) *cobra.Command {
@@ -40,20 +39,16 @@ cluster's API server on the kind network as its reader service account.`,
 			if err != nil {
 				return err
 			}
-			gwOpts, err := g.gatewayOptions()
+			b, err := g.builder(cmd, mesh.WithRemoteSecrets(g.settings.GetBool("remote-secrets")))
 			if err != nil {
 				return err
 			}
-			res, err := g.connect(cmd.Context(), gwOpts)
+			res, err := b.Connect(cmd.Context(), g.settings.GetString("env"))
 			if err != nil {
-				return err
+				return stepHint(err)
 			}
-			out := res
-			if g.settings.GetBool("remote-secrets") {
-				if out.RemoteSecrets, err = g.remoteSecrets(cmd.Context()); err != nil {
-					return fmt.Errorf("routes are in place, but installing remote secrets failed (rerun `meshctl connect`): %w", err)
-				}
-			}
+			out := &connectResult{Result: res.Routes, Gateways: res.Gateways}
+			out.RemoteSecrets = res.RemoteSecrets
 			return print(g.streams.Out, format, out, func(w io.Writer) error { return printConnectOutput(w, out) })
 		},
 	}
@@ -70,25 +65,6 @@ type connectResult struct {
 	*connect.Result
 	Gateways []gateway.ClusterResult `json:"gateways"`
 	withRemoteSecrets
-}
-
-// connect routes the clusters of each network to each other, as one status
-// step, then gives the clusters of a multi-network environment their
-// gateways.
-func (g *globals) connect(ctx context.Context, gwOpts []gateway.Option) (*connectResult, error) {
-	p := g.provider()
-	status := cli.NewStatus(g.logger)
-	status.Start("Connecting clusters on the same network")
-	res, err := connect.New(p, p, connect.WithLogger(g.logger)).Connect(ctx, g.settings.GetString("env"))
-	status.End(err == nil)
-	if err != nil {
-		return nil, err
-	}
-	gws, err := g.gateways(ctx, gwOpts)
-	if err != nil {
-		return nil, err
-	}
-	return &connectResult{Result: res, Gateways: gws.Clusters}, nil
 }
 
 func printConnect(w io.Writer, r *connectResult) error {

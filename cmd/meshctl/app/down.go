@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -41,7 +40,7 @@ kind clusters and keeps them.`,
 			}
 			uninstallOnly := g.settings.GetBool("uninstall-only")
 			opts = append(opts, cluster.DownWithClusters(args...), cluster.DownWithUninstallOnly(uninstallOnly))
-			if err := g.uninstallKept(cmd.Context(), uninstallOnly); err != nil {
+			if err := g.uninstallKept(cmd, uninstallOnly); err != nil {
 				return err
 			}
 			res, err := g.provider().Down(cmd.Context(), g.settings.GetString("env"), opts...)
@@ -78,7 +77,8 @@ kind clusters and keeps them.`,
 // — existing ones, and every one with --uninstall-only — before their
 // labelled objects go: Helm's objects are labelled managed-by=Helm, and
 // deleting them behind Helm's back would leave releases that lie.
-func (g *globals) uninstallKept(ctx context.Context, uninstallOnly bool) error {
+func (g *globals) uninstallKept(cmd *cobra.Command, uninstallOnly bool) error {
+	ctx := cmd.Context()
 	env := g.settings.GetString("env")
 	cs, err := g.provider().Environment(ctx, env)
 	if err != nil {
@@ -93,7 +93,11 @@ func (g *globals) uninstallKept(ctx context.Context, uninstallOnly bool) error {
 	if len(kept) == 0 {
 		return nil
 	}
-	res, err := g.uninstallCharts(ctx, env, kept, installer.DefaultNamespace)
+	b, err := g.builder(cmd)
+	if err != nil {
+		return err
+	}
+	res, err := b.Uninstall(ctx, env, kept, installer.DefaultNamespace)
 	if err != nil {
 		return fmt.Errorf("uninstalling meshctl's charts: %w", err)
 	}

@@ -1,14 +1,12 @@
 package app
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/spf13/pflag"
 
-	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
 )
 
@@ -33,36 +31,6 @@ func (g *globals) gatewayOptions() ([]gateway.Option, error) {
 		return append(opts, gateway.WithUpstreamImages()), nil
 	}
 	return append(opts, gateway.WithImages(s.GetString("metallb-controller-image"), s.GetString("metallb-speaker-image"))), nil
-}
-
-// gateways gives each cluster of a multi-network environment MetalLB and an
-// east-west gateway Service, as one status step; with one network it does
-// nothing and prints nothing.
-func (g *globals) gateways(ctx context.Context, opts []gateway.Option) (*gateway.Result, error) {
-	env := g.settings.GetString("env")
-	p := g.provider()
-	plans, err := p.Environment(ctx, env)
-	if err != nil {
-		return nil, err
-	}
-	networks := map[string]bool{}
-	for _, c := range plans {
-		networks[c.Network] = true
-	}
-	if len(networks) < 2 {
-		return &gateway.Result{Env: env, Clusters: []gateway.ClusterResult{}}, nil
-	}
-	status := cli.NewStatus(g.logger)
-	status.Start(fmt.Sprintf("Installing MetalLB and east-west gateways (%d networks)", len(networks)))
-	res, err := gateway.New(p, opts...).Install(ctx, env)
-	status.End(err == nil)
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range res.Clusters {
-		g.logger.V(0).Infof(" • %s (%s): east-west gateway %s", c.Cluster, c.Network, strings.Join(c.Addresses, ", "))
-	}
-	return res, nil
 }
 
 func printGateways(w io.Writer, r *gateway.Result) error {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
+	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
 func newUpCommand(g *globals) *cobra.Command {
@@ -36,49 +37,32 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 			if err != nil {
 				return err
 			}
-			gwOpts, err := g.gatewayOptions()
+			b, err := g.builder(cmd,
+				mesh.WithUpOptions(
+					cluster.UpWithRetain(g.settings.GetBool("retain")),
+					cluster.UpWithRecreate(g.settings.GetBool("recreate")),
+					cluster.UpWithWait(g.settings.GetDuration("wait")),
+				),
+				mesh.WithConnect(g.settings.GetBool("connect")),
+				mesh.WithCacerts(g.settings.GetBool("cacerts")),
+				mesh.WithRemoteSecrets(g.settings.GetBool("remote-secrets")),
+				mesh.WithInstall(g.settings.GetBool("install")),
+			)
 			if err != nil {
 				return err
 			}
 			if g.settings.GetBool("dry-run") {
 				return print(g.streams.Out, format, newDryRun(plan), func(w io.Writer) error { return printPlan(w, plan) })
 			}
-			res, err := g.provider().Up(cmd.Context(), plan,
-				cluster.UpWithRetain(g.settings.GetBool("retain")),
-				cluster.UpWithRecreate(g.settings.GetBool("recreate")),
-				cluster.UpWithWait(g.settings.GetDuration("wait")),
-			)
+			out, err := b.Up(cmd.Context(), plan)
 			if err != nil {
-				return err
-			}
-			out := upOutput{UpResult: res, Gateways: []gateway.ClusterResult{}}
-			if g.settings.GetBool("connect") {
-				conn, err := g.connect(cmd.Context(), gwOpts)
-				if err != nil {
-					return fmt.Errorf("clusters are up, but connecting them failed (rerun `meshctl connect`): %w", err)
-				}
-				out.Gateways = conn.Gateways
-			}
-			if g.settings.GetBool("cacerts") {
-				if err := g.installCacerts(cmd.Context(), res); err != nil {
-					return fmt.Errorf("clusters are up, but installing the shared root CA failed (rerun `meshctl up`): %w", err)
-				}
-			}
-			if g.settings.GetBool("remote-secrets") {
-				if out.RemoteSecrets, err = g.remoteSecrets(cmd.Context()); err != nil {
-					return fmt.Errorf("clusters are up, but installing remote secrets failed (rerun `meshctl connect`): %w", err)
-				}
-			}
-			if g.settings.GetBool("install") {
-				if out.Install, err = g.install(cmd, plan, out.Gateways...); err != nil {
-					return fmt.Errorf("clusters are up, but installing the dataplane failed (rerun `meshctl install`): %w", err)
-				}
+				return stepHint(err)
 			}
 			if err := print(g.streams.Out, format, out, func(w io.Writer) error { return printUp(w, out) }); err != nil {
 				return err
 			}
 			if out.Install != nil {
-				return out.Install.err()
+				return installFailed(out.Install)
 			}
 			return nil
 		},
@@ -200,17 +184,7 @@ func printPlan(w io.Writer, p *cluster.Plan) error {
 	return nil
 }
 
-// upOutput is what up prints: the clusters, gateways, remote secrets and, with
-// --install, the install report.
-type upOutput struct {
-	*cluster.UpResult
-	// Gateways: in a multi-network environment, each cluster's east-west gateway.
-	Gateways []gateway.ClusterResult `json:"gateways"`
-	withRemoteSecrets
-	Install *installReport `json:"install,omitempty"`
-}
-
-func printUp(w io.Writer, out upOutput) error {
+func printUp(w io.Writer, out *mesh.Result) error {
 	r := out.UpResult
 	if r.Registry != nil {
 		fmt.Fprintf(w, "Registry %s at %s (%s)\n", r.Registry.Name, r.Registry.Host, r.Registry.Action)

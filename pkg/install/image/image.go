@@ -14,10 +14,12 @@ import (
 
 	"github.com/meshctl/meshctl/internal/parallel"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -40,9 +42,10 @@ var epoch = time.Unix(0, 0).UTC()
 
 // Image is the dataplane image, built in memory.
 type Image struct {
-	binary string
-	repo   string
-	tag    string
+	binary   string
+	registry string
+	repo     string
+	tag      string
 
 	ref  name.Tag
 	img  v1.Image
@@ -61,6 +64,13 @@ func WithRepository(repo string) Option { return func(i *Image) { i.repo = repo 
 // WithTag tags the image (default: meshctl's version).
 func WithTag(tag string) Option { return func(i *Image) { i.tag = tag } }
 
+// WithRegistry puts the image under a registry (host[:port] and an optional
+// path: localhost:5001, ghcr.io/me), where Push sends it; Ref and Repository
+// then include it.
+func WithRegistry(registry string) Option {
+	return func(i *Image) { i.registry = strings.TrimSuffix(registry, "/") }
+}
+
 // New reads and checks the binary and builds the image.
 func New(opts ...Option) (*Image, error) {
 	i := &Image{repo: DefaultRepository, tag: Tag(version.String())}
@@ -74,9 +84,21 @@ func New(opts ...Option) (*Image, error) {
 		}
 		i.binary = exe
 	}
-	ref, err := name.NewTag(i.repo+":"+i.tag, name.WithDefaultRegistry(""))
+	full := i.repo
+	if i.registry != "" {
+		full = i.registry + "/" + i.repo
+	}
+	ref, err := name.NewTag(full+":"+i.tag, name.WithDefaultRegistry(""))
+	if err != nil && i.registry != "" {
+		return nil, fmt.Errorf("dataplane image: bad registry %q (want HOST[:PORT][/PATH]): %w", i.registry, err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("dataplane image: bad name %s:%s: %w", i.repo, i.tag, err)
+		return nil, fmt.Errorf("dataplane image: bad name %s:%s: %w", full, i.tag, err)
+	}
+	if i.registry != "" && ref.RegistryStr() == "" {
+		// "myregistry/x" parses as a Docker Hub path: a registry must look
+		// like a host (a dot, a port, or localhost).
+		return nil, fmt.Errorf("dataplane image: registry %q is not a registry host (want HOST[:PORT][/PATH], e.g. localhost:5001 or ghcr.io/me)", i.registry)
 	}
 	i.ref = ref
 	if i.arch, err = checkStatic(i.binary); err != nil {
@@ -128,11 +150,12 @@ func Tag(v string) string {
 	return t[:min(len(t), 128)]
 }
 
-// Ref is the image's name, e.g. meshctl/dataplane:v0.1.0.
-func (i *Image) Ref() string { return i.ref.RepositoryStr() + ":" + i.ref.TagStr() }
+// Ref is the image's name, e.g. meshctl/dataplane:v0.1.0 (with its registry
+// first when it has one).
+func (i *Image) Ref() string { return i.Repository() + ":" + i.ref.TagStr() }
 
 // Repository and TagName are Ref's two parts, as Helm values want them.
-func (i *Image) Repository() string { return i.ref.RepositoryStr() }
+func (i *Image) Repository() string { return i.ref.Context().Name() }
 
 // TagName is the image's tag.
 func (i *Image) TagName() string { return i.ref.TagStr() }
@@ -163,6 +186,24 @@ func (i *Image) WriteTarball(w io.Writer) error {
 		return fmt.Errorf("writing %s: %w", i.Ref(), err)
 	}
 	return nil
+}
+
+// Push writes the image to its registry (WithRegistry) and returns it by
+// digest, repository@sha256:…. Credentials come from the Docker config
+// (~/.docker/config.json, credential helpers) as docker push finds them;
+// localhost, loopback and RFC 1918 registries are spoken to over plain HTTP.
+func (i *Image) Push(ctx context.Context) (string, error) {
+	if i.registry == "" {
+		return "", fmt.Errorf("pushing %s: the image has no registry (WithRegistry)", i.Ref())
+	}
+	if err := remote.Write(i.ref, i.img, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+		return "", fmt.Errorf("pushing %s: %w", i.Ref(), err)
+	}
+	d, err := i.img.Digest()
+	if err != nil {
+		return "", fmt.Errorf("pushing %s: %w", i.Ref(), err)
+	}
+	return i.Repository() + "@" + d.String(), nil
 }
 
 // Executor runs a command on a node of a kind cluster with stdin;

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	stdlog "log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +15,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -272,5 +278,119 @@ func TestIntegrationDockerRun(t *testing.T) {
 	inspect, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", img.Ref()).Output()
 	if id, _ := img.ID(); err != nil || strings.TrimSpace(string(inspect)) != id {
 		t.Errorf("docker's image ID %q (%v), want %s", inspect, err, id)
+	}
+}
+
+func TestRegistryNames(t *testing.T) {
+	t.Parallel()
+	bin := staticBinary(t)
+	for reg, want := range map[string]string{
+		"localhost:5001":       "localhost:5001/meshctl/dataplane",
+		"ghcr.io/me/":          "ghcr.io/me/meshctl/dataplane",
+		"10.0.0.7:5000/mirror": "10.0.0.7:5000/mirror/meshctl/dataplane",
+	} {
+		img, err := New(WithBinary(bin), WithRegistry(reg), WithTag("v1"))
+		if err != nil {
+			t.Fatalf("WithRegistry(%q): %v", reg, err)
+		}
+		if img.Repository() != want || img.Ref() != want+":v1" {
+			t.Errorf("WithRegistry(%q): repository %q, ref %q; want %q", reg, img.Repository(), img.Ref(), want)
+		}
+	}
+	for _, reg := range []string{"myregistry", "Bad Host:5000"} {
+		if _, err := New(WithBinary(bin), WithRegistry(reg)); err == nil || !strings.Contains(err.Error(), "registry") {
+			t.Errorf("WithRegistry(%q) = %v, want an error about the registry", reg, err)
+		}
+	}
+	if _, err := (&Image{}).Push(context.Background()); err == nil {
+		t.Error("Push without a registry succeeded")
+	}
+}
+
+// TestPush pushes to go-containerregistry's registry (the distribution API,
+// in process, on loopback) and pulls the image back by the digest Push
+// returned.
+func TestPush(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(registry.New(registry.Logger(stdlog.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img, err := New(WithBinary(staticBinary(t)), WithRegistry(host+"/team"), WithTag("v9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byDigest, err := img.Push(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(byDigest, host+"/team/meshctl/dataplane@sha256:") {
+		t.Fatalf("Push = %q", byDigest)
+	}
+	for _, ref := range []string{byDigest, img.Ref()} {
+		r, err := name.ParseReference(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pulled, err := remote.Image(r)
+		if err != nil {
+			t.Fatalf("pulling %s: %v", ref, err)
+		}
+		got, _ := pulled.ConfigName()
+		if id, _ := img.ID(); got.String() != id {
+			t.Errorf("%s: config %s, pushed %s", ref, got, id)
+		}
+	}
+	// Pushing again is a no-op that returns the same digest.
+	again, err := img.Push(context.Background())
+	if err != nil || again != byDigest {
+		t.Errorf("second push = %q, %v; want %q", again, err, byDigest)
+	}
+}
+
+// TestIntegrationPushToRegistryContainer pushes to the registry image the
+// e2e environment builds (distribution v3, as `meshctl up --registry` runs
+// it), then has Docker pull and run what was pushed.
+func TestIntegrationPushToRegistryContainer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration: runs a registry container")
+	}
+	regImage := "meshctl/registry:v3.0.0"
+	if err := exec.Command("docker", "image", "inspect", regImage).Run(); err != nil {
+		t.Skipf("no Docker engine or no %s (make e2e-env): %v", regImage, err)
+	}
+	name := "meshctl-test-registry-" + filepath.Base(t.TempDir())
+	out, err := exec.Command("docker", "run", "-d", "--name", name, "-p", "127.0.0.1::5000", regImage).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker run %s: %v\n%s", regImage, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
+	port, err := exec.Command("docker", "port", name, "5000/tcp").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := strings.TrimSpace(strings.Split(string(port), "\n")[0]) // 127.0.0.1:NNNNN
+	img, err := New(WithBinary(staticBinary(t)), WithRegistry(host), WithTag("push"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var byDigest string
+	for { // the registry takes a moment to listen
+		if byDigest, err = img.Push(ctx); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", byDigest, img.Ref()).Run() })
+	if out, err := exec.Command("docker", "pull", img.Ref()).CombinedOutput(); err != nil {
+		t.Fatalf("docker pull %s: %v\n%s", img.Ref(), err, out)
+	}
+	out, err = exec.Command("docker", "run", "--rm", "--network=none", byDigest, "pushed").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "hello from meshctl [pushed]" {
+		t.Errorf("docker run %s: %v: %q", byDigest, err, out)
 	}
 }

@@ -1,0 +1,287 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/connect/gateway"
+	"github.com/meshctl/meshctl/pkg/install/image"
+	"github.com/meshctl/meshctl/pkg/install/installer"
+	"github.com/meshctl/meshctl/pkg/install/values"
+)
+
+// Charts are meshctl's charts, in install order.
+var Charts = []string{"meshctl-cni", "meshctl-dataplane"}
+
+// InstallReport is what Install did: the image and each cluster's releases.
+type InstallReport struct {
+	Env     string `json:"env"`
+	Image   string `json:"image"`
+	ImageID string `json:"imageID"`
+	// Pushed is where the image was pushed (WithImageRegistry), with digest.
+	Pushed   string                    `json:"pushed,omitempty"`
+	Clusters []installer.ClusterResult `json:"clusters"`
+}
+
+// Failed lists the clusters whose install failed.
+func (r *InstallReport) Failed() []string {
+	var out []string
+	for _, c := range r.Clusters {
+		if c.Error != "" {
+			out = append(out, c.Cluster)
+		}
+	}
+	return out
+}
+
+// Install installs meshctl's charts into every cluster of plan, in parallel:
+// values (with the east-west gateway addresses connect found), the image
+// (side-loaded into kind nodes, pushed with WithImageRegistry), then the
+// charts. Input is checked in full before anything is changed: the error is
+// about input or reachability, per-cluster failures are in the report (see
+// InstallReport.Failed).
+func (b *Builder) Install(ctx context.Context, plan *cluster.Plan, gateways ...gateway.ClusterResult) (*InstallReport, error) {
+	prep, err := b.prepareInstall(plan, gateways)
+	if err != nil {
+		return nil, err
+	}
+	if err := requireCacerts(ctx, prep.targets); err != nil {
+		return nil, err
+	}
+	img := prep.img
+	report := &InstallReport{Env: plan.Env, Image: img.Ref(), ImageID: prep.id}
+	if b.o.pushRegistry != "" {
+		if err := b.step(fmt.Sprintf("Pushing %s", img.Ref()), func() error {
+			report.Pushed, err = img.Push(ctx)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.loadImage(ctx, plan, img); err != nil {
+		return nil, err
+	}
+	var res *installer.Result
+	err = b.step(fmt.Sprintf("Installing %s into %d cluster(s)", strings.Join(Charts, " and "), len(prep.targets)), func() error {
+		var err error
+		if res, err = prep.installer.Install(ctx, prep.targets...); err == nil && res.Failed() {
+			return errFailedClusters // the status line only: the report says which
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, errFailedClusters) {
+		return nil, err
+	}
+	report.Clusters = res.Clusters
+	return report, nil
+}
+
+// errFailedClusters marks a status line whose step failed in some clusters;
+// the caller gets the report, not this error.
+var errFailedClusters = errors.New("failed in some clusters")
+
+type preparedInstall struct {
+	img       *image.Image
+	id        string
+	targets   []installer.Target
+	installer *installer.Installer
+}
+
+// ValidateInstall checks what Install would install into plan's clusters
+// without touching any of them, so `up` can refuse bad values, a bad image
+// or an existing cluster without an image source before creating anything.
+func (b *Builder) ValidateInstall(plan *cluster.Plan) error {
+	_, err := b.prepareInstall(plan, nil)
+	return err
+}
+
+// prepareInstall renders and checks everything Install needs: values
+// against the charts' schemas, the image, and where existing clusters will
+// get the image from.
+func (b *Builder) prepareInstall(plan *cluster.Plan, gateways []gateway.ClusterResult) (*preparedInstall, error) {
+	vopts := append([]values.Option{}, b.o.valuesOpts...)
+	for network, addrs := range b.o.gatewayAddrs {
+		for _, a := range addrs {
+			vopts = append(vopts, values.WithGatewayAddress(network, a))
+		}
+	}
+	// What connect found fills in every network the user did not give.
+	for network, addrs := range (&gateway.Result{Clusters: gateways}).GatewayAddresses() {
+		if _, given := b.o.gatewayAddrs[network]; given {
+			continue
+		}
+		for _, a := range addrs {
+			vopts = append(vopts, values.WithGatewayAddress(network, a))
+		}
+	}
+	rendered, err := values.New(vopts...).Render(plan)
+	if err != nil {
+		return nil, err
+	}
+	iopts := append([]image.Option{}, b.o.imageOpts...)
+	if b.o.pushRegistry != "" {
+		iopts = append(iopts, image.WithRegistry(b.o.pushRegistry))
+	}
+	img, err := image.New(iopts...)
+	if err != nil {
+		return nil, err
+	}
+	id, err := img.ID()
+	if err != nil {
+		return nil, err
+	}
+	prep := &preparedInstall{img: img, id: id, targets: make([]installer.Target, len(rendered)),
+		installer: installer.New(installer.WithTimeout(b.o.installTimeout))}
+	var unreachable []string
+	for n, r := range rendered {
+		c, _ := plan.Cluster(r.Name)
+		v := r.Values
+		if c.Existing && b.o.pushRegistry == "" && !userImage(v) {
+			unreachable = append(unreachable, c.Name)
+		}
+		// What meshctl knows goes under what the user set.
+		fillDefaults(v, "image", map[string]any{"repository": img.Repository(), "tag": img.TagName(), "id": id})
+		fillDefaults(v, "proxy", map[string]any{"meshCIDRs": meshCIDRs(plan, c)})
+		prep.targets[n] = installer.Target{Cluster: c.Name, Kubeconfig: b.p.KubeconfigPath(plan.Env, c.Name, false), Values: v}
+	}
+	if len(unreachable) > 0 {
+		// Their nodes are not containers on this machine: side-loading
+		// cannot reach them, and the pods would only sit in ImagePullBackOff.
+		return nil, fmt.Errorf("cluster(s) %s: existing clusters' nodes cannot be side-loaded with %s; push it to a registry they pull from with --image-registry HOST[:PORT][/PATH], set image.repository to where it already is, or skip the install (--install=false)",
+			strings.Join(unreachable, ", "), img.Ref())
+	}
+	if err := prep.installer.Validate(prep.targets...); err != nil {
+		return nil, err
+	}
+	return prep, nil
+}
+
+// userImage says whether the user's values name the image themselves.
+func userImage(v map[string]any) bool {
+	m, ok := v["image"].(map[string]any)
+	if !ok {
+		return false
+	}
+	r, ok := m["repository"].(string)
+	return ok && r != ""
+}
+
+// Uninstall removes meshctl's releases from the clusters cs of env, in
+// parallel, the dataplane before the CNI.
+func (b *Builder) Uninstall(ctx context.Context, env string, cs []cluster.ClusterPlan, namespace string) (*installer.Result, error) {
+	var targets []installer.Target
+	for _, c := range cs {
+		targets = append(targets, installer.Target{Cluster: c.Name, Kubeconfig: b.p.KubeconfigPath(env, c.Name, false),
+			Values: map[string]any{"global": map[string]any{"istioNamespace": namespace}}})
+	}
+	var res *installer.Result
+	err := b.step(fmt.Sprintf("Uninstalling meshctl's charts from %d cluster(s)", len(targets)), func() error {
+		var err error
+		if res, err = installer.New(installer.WithTimeout(b.o.installTimeout)).Uninstall(ctx, targets...); err == nil && res.Failed() {
+			return errFailedClusters
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, errFailedClusters) {
+		return nil, err
+	}
+	return res, nil
+}
+
+// fillDefaults sets v[key][k] for every k the user's values left unset.
+func fillDefaults(v map[string]any, key string, defaults map[string]any) {
+	m, ok := v[key].(map[string]any)
+	if !ok {
+		m = map[string]any{}
+		v[key] = m
+	}
+	for k, d := range defaults {
+		if _, set := m[k]; !set {
+			m[k] = d
+		}
+	}
+}
+
+// meshCIDRs are the pod subnets the proxy reaches directly over HBONE: its
+// own cluster's and those of the clusters on its network (connect routes
+// them). Other networks are reached through their east-west gateway.
+func meshCIDRs(plan *cluster.Plan, c cluster.ClusterPlan) []any {
+	var out []any
+	for _, o := range plan.Clusters {
+		if o.Network == c.Network {
+			for _, s := range o.PodSubnets {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// requireCacerts: the signer signs with the cluster's intermediate CA; without
+// its Secret the signer never starts and the install would only time out.
+func requireCacerts(ctx context.Context, targets []installer.Target) error {
+	return parallel.ForEach(targets, func(t installer.Target) error {
+		secret := "cacerts"
+		if s, ok := t.Values["signer"].(map[string]any); ok {
+			if n, ok := s["cacertsSecret"].(string); ok && n != "" {
+				secret = n
+			}
+		}
+		ns := installer.Namespace(t.Values)
+		cfg, err := clientcmd.BuildConfigFromFlags("", t.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("cluster %q: kubeconfig: %w", t.Cluster, err)
+		}
+		cfg.Timeout = 15 * time.Second
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("cluster %q: %w", t.Cluster, err)
+		}
+		_, err = cs.CoreV1().Secrets(ns).Get(ctx, secret, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("cluster %q has no Secret %s/%s, the intermediate CA the signer signs with: run `meshctl up` (it installs it unless --cacerts=false)", t.Cluster, ns, secret)
+		case err != nil:
+			return fmt.Errorf("cluster %q is unreachable at %s: %w", t.Cluster, cfg.Host, err)
+		}
+		return nil
+	})
+}
+
+// loadImage side-loads the image into every node of every kind cluster of
+// plan (existing clusters pull it from the registry it was pushed to).
+func (b *Builder) loadImage(ctx context.Context, plan *cluster.Plan, img *image.Image) error {
+	st, err := b.p.Status(ctx, plan.Env, "")
+	if err != nil {
+		return err
+	}
+	var nodes []image.Node
+	for _, c := range st.Clusters {
+		pc, ok := plan.Cluster(c.Name)
+		if !ok || pc.Existing {
+			continue
+		}
+		if c.Error != "" {
+			return fmt.Errorf("cluster %q: listing nodes: %s", c.Name, c.Error)
+		}
+		for _, n := range c.Nodes {
+			nodes = append(nodes, image.Node{Cluster: c.KindName, Name: n.Name})
+		}
+	}
+	if len(nodes) == 0 {
+		return nil
+	}
+	return b.step(fmt.Sprintf("Loading %s into %d node(s)", img.Ref(), len(nodes)), func() error {
+		return img.Load(ctx, b.p, nodes...)
+	})
+}
