@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -206,4 +207,153 @@ func kindClusters() []string {
 	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=io.x-k8s.kind.cluster", "--format", `{{.Label "io.x-k8s.kind.cluster"}}`).Output()
 	Expect(err).NotTo(HaveOccurred())
 	return strings.Fields(string(out))
+}
+
+// A real cluster that meshctl did not create and must not delete: a kind
+// cluster made by another `meshctl up` (env "<env>-xe", with its own
+// registry, which its nodes pull from as localhost:<port>), named in a
+// topology by its kubeconfig next to a new kind cluster. Its nodes are not
+// side-loaded: the dataplane image is pushed to the registry and pulled,
+// and the remote secrets carry the API address its kubeconfig has.
+var _ = Describe("an existing cluster with the dataplane image pushed to its registry", Ordered, func() {
+	owner := env + "-xe" // the environment that made the "existing" cluster
+	xenv := env + "-xp"
+	registryName := "meshctl-" + owner + "-registry"
+	var (
+		registryHost  string
+		extKubeconfig string
+		up            upInstallRemoteOutput
+	)
+
+	BeforeAll(func() {
+		port, err := strconv.Atoi(envOr("MESHCTL_E2E_REGISTRY_PORT", "5001"))
+		Expect(err).NotTo(HaveOccurred(), "MESHCTL_E2E_REGISTRY_PORT")
+		registryHost = fmt.Sprintf("localhost:%d", port+2)
+		DeferCleanup(func() {
+			if os.Getenv("MESHCTL_E2E_KEEP") != "" {
+				return
+			}
+			_, _, _ = meshctlResult("down", "--env", xenv)
+			_, _, _ = meshctlResult("down", "--env", owner, "--registry", "--registry-name", registryName)
+		})
+		var pre cluster.UpResult
+		meshctlJSON(&pre, "up", "--env", owner, "--clusters", "1", "--image", suite.image,
+			"--registry-image", suite.registryImage, "--registry-name", registryName, "--registry-port", strconv.Itoa(port+2),
+			"--install=false", "--cacerts=false", "--remote-secrets=false")
+		Expect(pre.Clusters).To(HaveLen(1))
+		// The owner's kubeconfig, copied where the topology names it: the
+		// address is the host's (127.0.0.1:<port>), as a cloud cluster's
+		// kubeconfig names its public endpoint.
+		dir := GinkgoT().TempDir()
+		data, err := os.ReadFile(pre.Clusters[0].Kubeconfig)
+		Expect(err).NotTo(HaveOccurred())
+		extKubeconfig = filepath.Join(dir, "ext.kubeconfig")
+		Expect(os.WriteFile(extKubeconfig, data, 0o600)).To(Succeed())
+	})
+
+	It("refuses to install on the existing cluster without a registry, before creating anything", func() {
+		topology := writeTopology(filepath.Dir(extKubeconfig))
+		_, errOut, err := meshctlResult("up", "--env", xenv, "--topology", topology, "--image", suite.image, "--registry=false")
+		Expect(err).To(HaveOccurred())
+		Expect(errOut).To(ContainSubstring("cluster(s) ext"))
+		Expect(errOut).To(ContainSubstring("--image-registry"))
+		Expect(kindClusters()).NotTo(ContainElement(xenv + "-kind1"))
+	})
+
+	It("pushes the image, side-loads the kind cluster, and runs the dataplane in both", func() {
+		topology := writeTopology(filepath.Dir(extKubeconfig))
+		meshctlJSON(&up, "up", "--env", xenv, "--topology", topology, "--image", suite.image, "--registry=false",
+			"--image-registry", registryHost)
+		Expect(up.Clusters).To(HaveLen(2))
+		Expect(up.Clusters[1].Action).To(Equal(cluster.ActionExisting))
+		Expect(up.Install).NotTo(BeNil())
+		Expect(up.Install.Image).To(HavePrefix(registryHost + "/meshctl/dataplane:"))
+		Expect(up.Install.Pushed).To(HavePrefix(registryHost + "/meshctl/dataplane@sha256:"))
+		Expect(releaseActions(&up.Install.installOutput)).To(ConsistOf(allActions(&up.Install.installOutput, "installed")))
+
+		// The existing cluster's node pulled the image (it was never
+		// side-loaded there); the kind cluster's node had it side-loaded.
+		ctx := context.Background()
+		for _, c := range up.Clusters {
+			cs := clientset(c.Kubeconfig)
+			ds, err := cs.AppsV1().DaemonSets("istio-system").Get(ctx, "meshctl-proxy", metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred(), c.Name)
+			Expect(ds.Status.NumberReady).To(BeNumerically(">=", 1), "%s: %+v", c.Name, ds.Status)
+			Expect(ds.Spec.Template.Spec.Containers[0].Image).To(Equal(up.Install.Image), c.Name)
+		}
+		events, err := clientset(extKubeconfig).CoreV1().Events("istio-system").List(ctx, metav1.ListOptions{FieldSelector: "reason=Pulled"})
+		Expect(err).NotTo(HaveOccurred())
+		var pulled []string
+		for _, e := range events.Items {
+			pulled = append(pulled, e.Message)
+		}
+		Expect(strings.Join(pulled, "\n")).To(ContainSubstring("Successfully pulled image \""+up.Install.Image+"\""), "Pulled events in the existing cluster")
+	})
+
+	It("gives each primary a remote secret whose kubeconfig works against the other cluster", func() {
+		Expect(up.RemoteSecrets).NotTo(BeNil())
+		ctx := context.Background()
+		for i, c := range up.Clusters {
+			other := up.Clusters[1-i]
+			sec, err := clientset(c.Kubeconfig).CoreV1().Secrets("istio-system").Get(ctx, "istio-remote-secret-"+other.Name, metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred(), "%s's remote secret for %s", c.Name, other.Name)
+			cfg, err := clientcmd.RESTConfigFromKubeConfig(sec.Data[other.Name])
+			Expect(err).NotTo(HaveOccurred())
+			if other.Name == "ext" {
+				// The existing cluster's real API address: its kubeconfig's.
+				own, err := clientcmd.BuildConfigFromFlags("", extKubeconfig)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(cfg.Host).To(Equal(own.Host))
+			}
+			// The reader's token is good: it lists the other cluster's pods.
+			_, err = kubernetes.NewForConfigOrDie(cfg).CoreV1().Pods("istio-system").List(ctx, metav1.ListOptions{})
+			Expect(err).NotTo(HaveOccurred(), "reading %s with %s's remote secret", other.Name, c.Name)
+		}
+	})
+
+	It("down deletes the kind cluster and uninstalls the charts from the existing one, which stays", func() {
+		var down cluster.DownResult
+		meshctlJSON(&down, "down", "--env", xenv)
+		Expect(down.Deleted).To(Equal([]string{xenv + "-kind1"}))
+		ctx := context.Background()
+		cs := clientset(extKubeconfig)
+		Eventually(func() bool {
+			_, err := cs.AppsV1().DaemonSets("istio-system").Get(ctx, "meshctl-proxy", metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}).WithTimeout(2 * time.Minute).Should(BeTrue())
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(nodes.Items).NotTo(BeEmpty())
+		Expect(kindClusters()).To(ContainElement(owner + "-cluster1"))
+	})
+})
+
+// upInstallRemoteOutput is what `up -o json` prints with the install and
+// the remote secrets.
+type upInstallRemoteOutput struct {
+	cluster.UpResult
+	Install *struct {
+		installOutput
+		Pushed string `json:"pushed"`
+	} `json:"install"`
+	RemoteSecrets *struct {
+		Secrets []struct {
+			Secret, Target, Server, Action string
+		} `json:"secrets"`
+	} `json:"remoteSecrets"`
+}
+
+// writeTopology names the kind cluster and the existing one, on one network
+// (their pods are not routed to each other: nothing here sends traffic
+// between them). The kind cluster's subnets are stated so that they differ
+// from the existing cluster's, which were planned as cluster1's too.
+func writeTopology(dir string) string {
+	GinkgoHelper()
+	path := filepath.Join(dir, "topology.json")
+	Expect(os.WriteFile(path, []byte(`[
+  {"clusterName": "kind1", "network": "network-1", "podSubnet": "10.30.0.0/16", "serviceSubnet": "10.130.0.0/16"},
+  {"clusterName": "ext", "network": "network-1",
+   "meta": {"kubeconfig": "ext.kubeconfig", "podNetworkRoutable": true}}
+]`), 0o600)).To(Succeed())
+	return path
 }
