@@ -351,7 +351,7 @@ func writeTopology(dir string) string {
 	GinkgoHelper()
 	path := filepath.Join(dir, "topology.json")
 	Expect(os.WriteFile(path, []byte(`[
-  {"clusterName": "kind1", "network": "network-1", "podSubnet": "10.30.0.0/16", "serviceSubnet": "10.130.0.0/16"},
+  {"clusterName": "kind1", "network": "network-1", "podSubnet": "10.30.0.0/16", "svcSubnet": "10.130.0.0/16"},
   {"clusterName": "ext", "network": "network-1",
    "meta": {"kubeconfig": "ext.kubeconfig", "podNetworkRoutable": true}}
 ]`), 0o600)).To(Succeed())
