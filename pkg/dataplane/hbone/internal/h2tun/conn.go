@@ -117,7 +117,7 @@ type Conn struct {
 	peerMaxStr    uint32
 	peerWindow    int32 // peer's SETTINGS_INITIAL_WINDOW_SIZE
 	peerMaxFrame  uint32
-	sendWindow    int32 // connection-level, towards the peer
+	sendWindow    int32  // connection-level, towards the peer
 	recvUsed      uint32 // received and not yet announced back
 	recvConsumed  uint32 // consumed since the last connection WINDOW_UPDATE
 	ctl           []ctlFrame
