@@ -172,3 +172,57 @@ func isReset(err error) bool {
 func isConnReset(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
+
+// batchConn is the socket under an HBONE TLS connection. Between StartBatch
+// and EndBatch (one h2tun flush, up to 64 KiB of frames) it collects the TLS
+// records in a pooled buffer and writes them with one syscall, where TLS
+// alone would make one per 16 KiB record. Outside a batch (handshake) and
+// while idle it holds no buffer.
+type batchConn struct {
+	net.Conn
+	mu       sync.Mutex // TLS serialises its writes, but EndBatch runs outside them
+	batching bool
+	buf      *[]byte
+}
+
+var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 80<<10); return &b }}
+
+func (b *batchConn) StartBatch() {
+	b.mu.Lock()
+	b.batching = true
+	b.mu.Unlock()
+}
+
+func (b *batchConn) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.batching {
+		return b.Conn.Write(p)
+	}
+	if b.buf == nil {
+		b.buf = batchBufs.Get().(*[]byte)
+	}
+	*b.buf = append(*b.buf, p...)
+	if len(*b.buf) >= 256<<10 {
+		return len(p), b.flushLocked()
+	}
+	return len(p), nil
+}
+
+func (b *batchConn) EndBatch() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.batching = false
+	return b.flushLocked()
+}
+
+func (b *batchConn) flushLocked() error {
+	if b.buf == nil {
+		return nil
+	}
+	_, err := b.Conn.Write(*b.buf)
+	*b.buf = (*b.buf)[:0]
+	batchBufs.Put(b.buf)
+	b.buf = nil
+	return err
+}

@@ -182,7 +182,7 @@ func (d *Dialer) clientConn(ctx context.Context, t Target) (*http2.ClientConn, e
 }
 
 func (d *Dialer) dialConn(ctx context.Context, t Target) (*http2.ClientConn, error) {
-	tc, err := d.handshake(ctx, t)
+	tc, _, err := d.handshake(ctx, t)
 	if err != nil {
 		return nil, err
 	}
@@ -197,16 +197,17 @@ func (d *Dialer) dialConn(ctx context.Context, t Target) (*http2.ClientConn, err
 }
 
 // handshake opens the mutual TLS connection to t's gateway.
-func (d *Dialer) handshake(ctx context.Context, t Target) (*tls.Conn, error) {
+func (d *Dialer) handshake(ctx context.Context, t Target) (*tls.Conn, *batchConn, error) {
 	cert, err := d.cfg.certForID(ctx, t.Source)
 	if err != nil {
-		return nil, fmt.Errorf("hbone dial %s: certificate for %s: %w", t.Gateway, t.Source, err)
+		return nil, nil, fmt.Errorf("hbone dial %s: certificate for %s: %w", t.Gateway, t.Source, err)
 	}
 	raw, err := d.cfg.dial(ctx, "tcp", t.Gateway.String())
 	if err != nil {
-		return nil, fmt.Errorf("hbone dial %s: %w", t.Gateway, err)
+		return nil, nil, fmt.Errorf("hbone dial %s: %w", t.Gateway, err)
 	}
-	tc := tls.Client(raw, &tls.Config{
+	bc := &batchConn{Conn: raw}
+	tc := tls.Client(bc, &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		NextProtos: []string{"h2"},
 		// The server is authenticated by SPIFFE identity, not by host name,
@@ -223,14 +224,14 @@ func (d *Dialer) handshake(ctx context.Context, t Target) (*tls.Conn, error) {
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = raw.Close()
 		d.cfg.metrics.handshake.WithLabelValues("outbound", "tls").Inc()
-		return nil, fmt.Errorf("hbone handshake with %s: %w", t.Gateway, err)
+		return nil, nil, fmt.Errorf("hbone handshake with %s: %w", t.Gateway, err)
 	}
 	if tc.ConnectionState().NegotiatedProtocol != "h2" {
 		_ = raw.Close()
 		d.cfg.metrics.handshake.WithLabelValues("outbound", "alpn").Inc()
-		return nil, fmt.Errorf("hbone handshake with %s: peer did not negotiate h2", t.Gateway)
+		return nil, nil, fmt.Errorf("hbone handshake with %s: peer did not negotiate h2", t.Gateway)
 	}
-	return tc, nil
+	return tc, bc, nil
 }
 
 // pooledConn keeps the pool gauge honest however the h2 connection ends

@@ -75,7 +75,7 @@ func (d *Dialer) tunConn(ctx context.Context, t Target) (*h2tun.Conn, error) {
 }
 
 func (d *Dialer) dialTunConn(ctx context.Context, t Target) (*h2tun.Conn, error) {
-	tc, err := d.handshake(ctx, t)
+	tc, bc, err := d.handshake(ctx, t)
 	if err != nil {
 		return nil, err
 	}
@@ -88,6 +88,7 @@ func (d *Dialer) dialTunConn(ctx context.Context, t Target) (*h2tun.Conn, error)
 		IdleTimeout:          d.cfg.poolIdleTimeout,
 		CountError:           func(kind string) { m.h2Errors.WithLabelValues(kind).Inc() },
 		OnClose:              func() { m.poolConns.Dec() },
+		Batch:                bc,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hbone h2 with %s: %w", t.Gateway, err)

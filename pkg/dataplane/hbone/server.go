@@ -107,7 +107,12 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
 	// Ending ctx (the workload went away) ends its connections too.
 	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 	defer stop()
+	var bc *batchConn
 	tc := tls.Server(c, s.tls)
+	if !s.cfg.xnetH2 {
+		bc = &batchConn{Conn: c}
+		tc = tls.Server(bc, s.tls)
+	}
 	hsCtx, cancel := context.WithTimeout(ctx, s.cfg.handshakeTimeout)
 	err := tc.HandshakeContext(hsCtx)
 	cancel()
@@ -129,7 +134,7 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
 	}
 	info := &connInfo{peer: peer, src: addrPortOf(c.RemoteAddr()), dst: addrPortOf(c.LocalAddr())}
 	if !s.cfg.xnetH2 {
-		s.serveTunnels(ctx, tc, info)
+		s.serveTunnels(ctx, tc, bc, info)
 		return
 	}
 	s.h2.ServeConn(tc, &http2.ServeConnOpts{

@@ -15,7 +15,7 @@ import (
 )
 
 // serveTunnels runs the h2 side of one inbound connection with h2tun.
-func (s *Server) serveTunnels(ctx context.Context, c net.Conn, info *connInfo) {
+func (s *Server) serveTunnels(ctx context.Context, c net.Conn, bc *batchConn, info *connInfo) {
 	cfg := h2tun.Config{
 		StreamWindow:         defaultStreamWindow,
 		ConnWindow:           defaultConnWindow,
@@ -27,6 +27,7 @@ func (s *Server) serveTunnels(ctx context.Context, c net.Conn, info *connInfo) {
 		MaxHeaderListSize: uint32(4 * s.cfg.maxHeaderBytes),
 		IdleTimeout:       s.cfg.idleTimeout,
 		CountError:        func(kind string) { s.cfg.metrics.h2Errors.WithLabelValues(kind).Inc() },
+		Batch:             bc,
 	}
 	deadline := time.Now().Add(s.cfg.handshakeTimeout)
 	_ = h2tun.Serve(c, cfg, deadline, func(st *h2tun.Stream, req *h2tun.Request) {

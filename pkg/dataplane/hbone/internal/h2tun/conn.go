@@ -33,6 +33,17 @@ type Config struct {
 	CountError func(kind string)
 	// OnClose is called once when the connection is closed.
 	OnClose func()
+	// Batch, when set, is told when a write of several frames starts and
+	// ends, so that the TLS records of one flush can leave in one syscall
+	// (a TLS connection writes each record to its socket separately).
+	Batch Batcher
+}
+
+// Batcher is the socket under the TLS connection, able to hold its writes
+// between StartBatch and EndBatch.
+type Batcher interface {
+	StartBatch()
+	EndBatch() error
 }
 
 const (
@@ -186,7 +197,23 @@ func (c *Conn) writeHello() error {
 	if c.cfg.ConnWindow > initialWindow {
 		_ = c.fr.WriteWindowUpdate(0, c.cfg.ConnWindow-initialWindow)
 	}
-	return c.wbuf.flush(c.nc)
+	return c.flushLocked()
+}
+
+// flushLocked writes wbuf to the connection, under wmu.
+func (c *Conn) flushLocked() error {
+	if c.wbuf.b == nil {
+		return nil
+	}
+	if c.cfg.Batch == nil {
+		return c.wbuf.flush(c.nc)
+	}
+	c.cfg.Batch.StartBatch()
+	err := c.wbuf.flush(c.nc)
+	if berr := c.cfg.Batch.EndBatch(); err == nil {
+		err = berr
+	}
+	return err
 }
 
 // NewClient starts a client connection on an established (TLS, ALPN h2)
@@ -382,7 +409,7 @@ func (c *Conn) unlockWrite() error {
 	var err error
 	for {
 		c.writeQueuedLocked()
-		if ferr := c.wbuf.flush(c.nc); ferr != nil && err == nil {
+		if ferr := c.flushLocked(); ferr != nil && err == nil {
 			err = ferr
 		}
 		c.wmu.Unlock()
@@ -496,7 +523,7 @@ func (c *Conn) terminate(code http2.ErrCode, err error) {
 	go func() {
 		c.wmu.Lock()
 		c.writeQueuedLocked()
-		_ = c.wbuf.flush(c.nc)
+		_ = c.flushLocked()
 		c.wmu.Unlock()
 		// Closing with unread input would make the kernel send an RST that
 		// can overtake the GOAWAY; read (and drop) what the peer is still

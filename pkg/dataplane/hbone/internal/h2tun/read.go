@@ -299,6 +299,11 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	if pad := n - uint32(len(data)); pad > 0 {
 		s.consumedLocked(pad)
 	}
+	if s.rdst != nil && s.rbuf.n == 0 {
+		k := copy(s.rdst[s.rn:], data)
+		s.rn += k
+		data = data[k:]
+	}
 	if len(data) > 0 {
 		s.rbuf.write(data)
 	}

@@ -23,6 +23,11 @@ type Stream struct {
 
 	// Everything below is guarded by c.mu.
 	rbuf        chunkQueue
+	// rdst is the buffer of a Read waiting for data and rn what the reader
+	// goroutine copied into it: data goes straight from the frame to the
+	// caller, not through rbuf, when the caller keeps up.
+	rdst        []byte
+	rn          int
 	rerr        error // errEOF, a *StreamError, ErrRefused or the connection's error
 	werr        error
 	recvWindow  int32  // what the peer may still send
@@ -114,8 +119,21 @@ func (c *Conn) resetLocked(s *Stream, code http2.ErrCode) {
 func (s *Stream) Read(p []byte) (int, error) {
 	c := s.c
 	c.mu.Lock()
-	for s.rbuf.n == 0 && s.rerr == nil {
-		s.cond.Wait()
+	if s.rbuf.n == 0 && s.rerr == nil && len(p) > 0 {
+		s.rdst, s.rn = p, 0
+		for s.rn == 0 && s.rbuf.n == 0 && s.rerr == nil {
+			s.cond.Wait()
+		}
+		n := s.rn
+		s.rdst, s.rn = nil, 0
+		if n > 0 {
+			s.consumedLocked(uint32(n))
+			c.mu.Unlock()
+			if c.ctlPending.Load() {
+				c.kick()
+			}
+			return n, nil
+		}
 	}
 	if s.rerr != nil && s.rerr != errEOF {
 		err := s.rerr
