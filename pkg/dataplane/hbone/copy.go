@@ -176,13 +176,47 @@ func isConnReset(err error) bool {
 // batchConn is the socket under an HBONE TLS connection. Between StartBatch
 // and EndBatch (one h2tun flush, up to 64 KiB of frames) it collects the TLS
 // records in a pooled buffer and writes them with one syscall, where TLS
-// alone would make one per 16 KiB record. Outside a batch (handshake) and
-// while idle it holds no buffer.
+// alone would make one per 16 KiB record. Reads likewise take up to 64 KiB
+// per syscall (readPooled) where TLS asks for about one record at a time.
+// Outside a batch and while idle it holds no buffer.
 type batchConn struct {
 	net.Conn
 	mu       sync.Mutex // TLS serialises its writes, but EndBatch runs outside them
 	batching bool
 	buf      *[]byte
+
+	rc      syscall.RawConn // nil: reads pass through
+	rbuf    *[]byte
+	pending []byte
+}
+
+func newBatchConn(c net.Conn) *batchConn {
+	b := &batchConn{Conn: c}
+	if _, ok := c.(*net.TCPConn); ok {
+		b.rc = rawConn(c)
+	}
+	return b
+}
+
+// Read is called by the TLS connection only (which serialises its reads).
+func (b *batchConn) Read(p []byte) (int, error) {
+	if b.rc == nil {
+		return b.Conn.Read(p)
+	}
+	if len(b.pending) == 0 {
+		buf, n, err := readPooled(b.rc)
+		if err != nil {
+			return 0, err
+		}
+		b.rbuf, b.pending = buf, (*buf)[:n]
+	}
+	n := copy(p, b.pending)
+	b.pending = b.pending[n:]
+	if len(b.pending) == 0 {
+		bigBufs.Put(b.rbuf)
+		b.rbuf, b.pending = nil, nil
+	}
+	return n, nil
 }
 
 var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 80<<10); return &b }}

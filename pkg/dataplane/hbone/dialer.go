@@ -206,7 +206,7 @@ func (d *Dialer) handshake(ctx context.Context, t Target) (*tls.Conn, *batchConn
 	if err != nil {
 		return nil, nil, fmt.Errorf("hbone dial %s: %w", t.Gateway, err)
 	}
-	bc := &batchConn{Conn: raw}
+	bc := newBatchConn(raw)
 	tc := tls.Client(bc, &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		NextProtos: []string{"h2"},

@@ -110,7 +110,7 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
 	var bc *batchConn
 	tc := tls.Server(c, s.tls)
 	if !s.cfg.xnetH2 {
-		bc = &batchConn{Conn: c}
+		bc = newBatchConn(c)
 		tc = tls.Server(bc, s.tls)
 	}
 	hsCtx, cancel := context.WithTimeout(ctx, s.cfg.handshakeTimeout)
