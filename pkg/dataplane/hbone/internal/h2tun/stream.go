@@ -22,7 +22,7 @@ type Stream struct {
 	cond sync.Cond // on c.mu: data, window, state changes
 
 	// Everything below is guarded by c.mu.
-	rbuf        chunkQueue
+	rbuf chunkQueue
 	// rdst is the buffer of a Read waiting for data and rn what the reader
 	// goroutine copied into it: data goes straight from the frame to the
 	// caller, not through rbuf, when the caller keeps up.
