@@ -142,6 +142,8 @@ type Conn struct {
 	resetsSince   time.Time
 	emptyData     int
 	ctlPending    atomic.Bool
+	tableSize     uint32 // peer's SETTINGS_HEADER_TABLE_SIZE, to apply
+	tableSizeSet  bool
 	ctlOverflow   atomic.Bool
 	closeOnce     sync.Once
 	done          chan struct{} // closed by close
@@ -333,6 +335,7 @@ func (c *Conn) Connect(ctx context.Context, authority string, fields []hpack.Hea
 	s.resp = make(chan struct{})
 	c.nextID += 2
 	c.slots++
+	c.applyTableSizeLocked()
 	c.mu.Unlock()
 	c.hbuf.Reset()
 	_ = c.henc.WriteField(hpack.HeaderField{Name: ":method", Value: "CONNECT"})
@@ -362,6 +365,15 @@ func (c *Conn) Connect(ctx context.Context, authority string, fields []hpack.Hea
 		return nil, 0, err
 	}
 	return s, status, nil
+}
+
+// applyTableSizeLocked applies the peer's header table size to the
+// encoder, under wmu and mu.
+func (c *Conn) applyTableSizeLocked() {
+	if c.tableSizeSet {
+		c.henc.SetMaxDynamicTableSizeLimit(c.tableSize)
+		c.tableSizeSet = false
+	}
 }
 
 // writeHeaderBlock writes hbuf as HEADERS (+CONTINUATION), under wmu.

@@ -106,8 +106,6 @@ func (c *Conn) queueAndKick(f ctlFrame) error {
 func (c *Conn) onSettings(f *http2.SettingsFrame) error {
 	var (
 		delta       int32
-		tableSize   uint32
-		hasTable    bool
 		windowValid = true
 	)
 	c.mu.Lock()
@@ -121,7 +119,10 @@ func (c *Conn) onSettings(f *http2.SettingsFrame) error {
 		case http2.SettingMaxConcurrentStreams:
 			c.peerMaxStr = s.Val
 		case http2.SettingHeaderTableSize:
-			tableSize, hasTable = s.Val, true
+			// The encoder is used under wmu, which the reader must not
+			// wait for; the next header block applies it (before our ACK
+			// is written, since the ACK is queued behind it).
+			c.tableSize, c.tableSizeSet = s.Val, true
 		}
 		return nil
 	})
@@ -145,16 +146,6 @@ func (c *Conn) onSettings(f *http2.SettingsFrame) error {
 	if !ok {
 		c.cfg.CountError("control_flood")
 		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
-	}
-	if hasTable {
-		// The encoder is used under wmu; taking it here would block the
-		// reader behind a writer, so a goroutine applies it.
-		go func() {
-			c.wmu.Lock()
-			c.henc.SetMaxDynamicTableSizeLimit(tableSize)
-			_ = c.unlockWrite()
-		}()
-		return nil
 	}
 	c.kick()
 	return nil

@@ -258,6 +258,7 @@ func (s *Stream) WriteHeader(status int, endStream bool) error {
 		s.localDone = true
 		s.finishIfDoneLocked()
 	}
+	c.applyTableSizeLocked()
 	c.mu.Unlock()
 	c.hbuf.Reset()
 	_ = c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(status)})
