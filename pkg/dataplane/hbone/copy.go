@@ -31,6 +31,12 @@ var bigBufs = sync.Pool{New: func() any { b := make([]byte, bigBufSize); return 
 // and one with data queued gets it in a single large read. The caller owns
 // the returned buffer (nil with an error) and puts it back into bigBufs.
 func readPooled(rc syscall.RawConn) (*[]byte, int, error) {
+	return readPooledNotify(rc, nil)
+}
+
+// readPooledNotify is readPooled that calls onBlock each time the socket
+// has nothing to read and the call is about to wait.
+func readPooledNotify(rc syscall.RawConn, onBlock func()) (*[]byte, int, error) {
 	var (
 		buf  *[]byte
 		n    int
@@ -47,6 +53,9 @@ func readPooled(rc syscall.RawConn) (*[]byte, int, error) {
 		if rerr == syscall.EAGAIN {
 			bigBufs.Put(buf)
 			buf = nil
+			if onBlock != nil {
+				onBlock()
+			}
 			return false // wait until readable, holding nothing
 		}
 		return true
@@ -188,7 +197,12 @@ type batchConn struct {
 	rc      syscall.RawConn // nil: reads pass through
 	rbuf    *[]byte
 	pending []byte
+	onBlock func()
 }
+
+// OnReadBlock sets what Read calls before it waits for the socket; set
+// before the connection is read from concurrently.
+func (b *batchConn) OnReadBlock(f func()) { b.onBlock = f }
 
 func newBatchConn(c net.Conn) *batchConn {
 	b := &batchConn{Conn: c}
@@ -201,10 +215,13 @@ func newBatchConn(c net.Conn) *batchConn {
 // Read is called by the TLS connection only (which serialises its reads).
 func (b *batchConn) Read(p []byte) (int, error) {
 	if b.rc == nil {
+		if b.onBlock != nil {
+			b.onBlock() // no way to tell whether it would block: assume so
+		}
 		return b.Conn.Read(p)
 	}
 	if len(b.pending) == 0 {
-		buf, n, err := readPooled(b.rc)
+		buf, n, err := readPooledNotify(b.rc, b.onBlock)
 		if err != nil {
 			return 0, err
 		}

@@ -40,10 +40,13 @@ type Config struct {
 }
 
 // Batcher is the socket under the TLS connection, able to hold its writes
-// between StartBatch and EndBatch.
+// between StartBatch and EndBatch, and to call a function whenever a read
+// is about to wait for the network (the reader then wakes the streams it
+// gave data to).
 type Batcher interface {
 	StartBatch()
 	EndBatch() error
+	OnReadBlock(func())
 }
 
 const (
@@ -143,6 +146,9 @@ type Conn struct {
 	emptyData     int
 	ctlPending    atomic.Bool
 	tableSize     uint32 // peer's SETTINGS_HEADER_TABLE_SIZE, to apply
+	deferWakes    bool
+	wakes         []*Stream // Reads to wake before the reader blocks
+	deferred      int       // bytes received since the last flushWakes
 	tableSizeSet  bool
 	ctlOverflow   atomic.Bool
 	closeOnce     sync.Once
@@ -171,6 +177,10 @@ func newConn(nc net.Conn, cfg Config, server bool) *Conn {
 	c.fr.MaxHeaderListSize = cfg.MaxHeaderListSize
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.henc = hpack.NewEncoder(&c.hbuf)
+	if cfg.Batch != nil {
+		c.deferWakes = true
+		cfg.Batch.OnReadBlock(c.flushWakes)
+	}
 	return c
 }
 

@@ -13,6 +13,7 @@ import (
 // streams and never blocks on anything but the socket.
 func (c *Conn) readLoop() {
 	defer close(c.readerDone)
+	defer c.flushWakes()
 	for {
 		f, err := c.fr.ReadFrame()
 		if err != nil {
@@ -305,10 +306,43 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 		}
 		s.finishIfDoneLocked()
 	}
-	s.wakeLocked()
+	// A Read waiting for data is woken once the reader has nothing more
+	// to parse (see Batch's OnReadBlock), so it wakes once per burst of
+	// frames and gets them all, not once per 16 KiB frame; sooner when
+	// its buffer is full or the stream ended.
+	switch {
+	case !c.deferWakes || f.StreamEnded() || s.rdst == nil || s.rn == len(s.rdst):
+		s.wakeLocked()
+	case !s.wakeDeferred:
+		s.wakeDeferred = true
+		c.wakes = append(c.wakes, s)
+	}
+	c.deferred += int(n)
+	flush := c.deferred >= maxDeferredBytes
 	c.mu.Unlock()
+	if flush {
+		c.flushWakes()
+	}
 	c.kick()
 	return nil
+}
+
+// maxDeferredBytes bounds how long a deferred wakeup waits while other
+// streams' data keeps the reader busy.
+const maxDeferredBytes = 256 << 10
+
+// flushWakes wakes the Reads whose wakeup onData deferred. The reader calls
+// it just before it would block on the socket.
+func (c *Conn) flushWakes() {
+	c.mu.Lock()
+	for i, s := range c.wakes {
+		s.wakeDeferred = false
+		s.wakeLocked()
+		c.wakes[i] = nil
+	}
+	c.wakes = c.wakes[:0]
+	c.deferred = 0
+	c.mu.Unlock()
 }
 
 func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {

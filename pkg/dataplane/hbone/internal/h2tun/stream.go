@@ -26,23 +26,24 @@ type Stream struct {
 	// rdst is the buffer of a Read waiting for data and rn what the reader
 	// goroutine copied into it: data goes straight from the frame to the
 	// caller, not through rbuf, when the caller keeps up.
-	rdst        []byte
-	rn          int
-	rerr        error // errEOF, a *StreamError, ErrRefused or the connection's error
-	werr        error
-	recvWindow  int32  // what the peer may still send
-	unacked     uint32 // consumed since our last stream WINDOW_UPDATE
-	sendWindow  int32
-	waitingSend bool
-	localDone   bool // END_STREAM sent
-	remoteDone  bool // END_STREAM received
-	localReset  bool
-	peerReset   bool
-	finished    bool // removed from the connection's stream map
-	closed      bool // Close called
-	status      int  // client: response status
-	resp        chan struct{}
-	respClosed  bool
+	rdst         []byte
+	rn           int
+	wakeDeferred bool
+	rerr         error // errEOF, a *StreamError, ErrRefused or the connection's error
+	werr         error
+	recvWindow   int32  // what the peer may still send
+	unacked      uint32 // consumed since our last stream WINDOW_UPDATE
+	sendWindow   int32
+	waitingSend  bool
+	localDone    bool // END_STREAM sent
+	remoteDone   bool // END_STREAM received
+	localReset   bool
+	peerReset    bool
+	finished     bool // removed from the connection's stream map
+	closed       bool // Close called
+	status       int  // client: response status
+	resp         chan struct{}
+	respClosed   bool
 }
 
 // ID returns the stream ID.
