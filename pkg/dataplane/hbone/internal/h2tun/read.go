@@ -200,7 +200,10 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 		c.mu.Unlock()
 		return err
 	}
-	if c.server {
+	if c.server && !s.respSent {
+		// Rapid reset is HEADERS then RST_STREAM before any answer; a
+		// client closing a tunnel it was using resets an answered stream
+		// (x/net's client and ours do) and is not counted.
 		now := time.Now()
 		if now.Sub(c.resetsSince) > resetPeriod {
 			c.resets, c.resetsSince = 0, now

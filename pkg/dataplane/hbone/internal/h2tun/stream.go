@@ -29,6 +29,7 @@ type Stream struct {
 	rdst         []byte
 	rn           int
 	wakeDeferred bool
+	respSent     bool  // server: response HEADERS written
 	rerr         error // errEOF, a *StreamError, ErrRefused or the connection's error
 	werr         error
 	recvWindow   int32  // what the peer may still send
@@ -259,6 +260,7 @@ func (s *Stream) WriteHeader(status int, endStream bool) error {
 		s.localDone = true
 		s.finishIfDoneLocked()
 	}
+	s.respSent = true
 	c.applyTableSizeLocked()
 	c.mu.Unlock()
 	c.hbuf.Reset()
