@@ -162,7 +162,12 @@ func TestClientServerHalfCloseBothWays(t *testing.T) {
 
 func TestRapidResetGetsGoAway(t *testing.T) {
 	t.Parallel()
-	cs, cnt, _ := serve(t, Config{}, echoHandler)
+	// The handler never answers (an upstream dial that takes a while), so
+	// every reset comes before the response, as in the attack.
+	cs, cnt, _ := serve(t, Config{}, func(s *Stream, _ *Request) {
+		defer s.Close()
+		_, _ = io.Copy(io.Discard, s)
+	})
 	fr, hello := rawClient(t, cs)
 	block := connectBlock("10.0.0.1:80")
 	go func() {
