@@ -32,7 +32,6 @@ type benchEnv struct {
 	ca      *ca.CA
 	tlsConf *tls.Config // client side of TLS-only
 	addrs   map[string]map[string]netip.AddrPort
-	dialer  *Dialer
 }
 
 // sink reads everything and answers one byte at EOF, so a writer can wait
@@ -79,7 +78,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &benchEnv{ca: c, addrs: map[string]map[string]netip.AddrPort{"tcp": {}, "tls": {}, "tlsproxy": {}, "hbone": {}}}
+	e := &benchEnv{ca: c, addrs: map[string]map[string]netip.AddrPort{"tcp": {}, "tls": {}, "tlsproxy": {}, "hbone": {}, "hbonexnet": {}}}
 	srvCert, cliCert := issue(b, c, serverID), issue(b, c, clientID)
 	roots := c.RootPool()
 	serve := map[string]func(net.Listener){"sink": func(ln net.Listener) { sink(b, ln) }, "echo": echoOn}
@@ -111,34 +110,39 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		e.addrs["tlsproxy"][name] = addrPortOf(front.Addr())
 	}
 
-	hln := listen(b, "127.0.0.1:0")
-	startServer(b, hln,
-		WithRoots(func() *x509.CertPool { return roots }),
-		WithServerCertificates(func(context.Context, netip.Addr) (*tls.Certificate, error) { return srvCert, nil }),
-		WithAllowLoopback(true))
-	e.dialer, err = NewDialer(
-		WithRoots(func() *x509.CertPool { return roots }),
-		WithClientCertificates(func(context.Context, identity.Identity) (*tls.Certificate, error) { return cliCert, nil }))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = e.dialer.Close() })
-	// The client proxy: one front listener per destination stands in for
-	// 15001 + SO_ORIGINAL_DST, which need a network namespace.
-	for name := range serve {
-		front := listen(b, "127.0.0.1:0")
-		tgt := Target{Source: clientID, SourceAddr: netip.MustParseAddr("127.0.0.1"), Gateway: addrPortOf(hln.Addr()),
-			Destination: e.addrs["tcp"][name], Peer: serverID}
-		go func() {
-			for {
-				c, err := front.Accept()
-				if err != nil {
-					return
+	// HBONE twice: h2tun (the default) and x/net's Transport/Server
+	// (withXNetH2), so one run compares the two.
+	for kind, xnet := range map[string]bool{"hbone": false, "hbonexnet": true} {
+		hln := listen(b, "127.0.0.1:0")
+		startServer(b, hln,
+			WithRoots(func() *x509.CertPool { return roots }),
+			WithServerCertificates(func(context.Context, netip.Addr) (*tls.Certificate, error) { return srvCert, nil }),
+			WithAllowLoopback(true), withXNetH2(xnet))
+		dialer, err := NewDialer(
+			WithRoots(func() *x509.CertPool { return roots }),
+			WithClientCertificates(func(context.Context, identity.Identity) (*tls.Certificate, error) { return cliCert, nil }),
+			withXNetH2(xnet))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = dialer.Close() })
+		// The client proxy: one front listener per destination stands in for
+		// 15001 + SO_ORIGINAL_DST, which need a network namespace.
+		for name := range serve {
+			front := listen(b, "127.0.0.1:0")
+			tgt := Target{Source: clientID, SourceAddr: netip.MustParseAddr("127.0.0.1"), Gateway: addrPortOf(hln.Addr()),
+				Destination: e.addrs["tcp"][name], Peer: serverID}
+			go func() {
+				for {
+					c, err := front.Accept()
+					if err != nil {
+						return
+					}
+					go func() { _ = dialer.Proxy(context.Background(), tgt, c) }()
 				}
-				go func() { _ = e.dialer.Proxy(context.Background(), tgt, c) }()
-			}
-		}()
-		e.addrs["hbone"][name] = addrPortOf(front.Addr())
+			}()
+			e.addrs[kind][name] = addrPortOf(front.Addr())
+		}
 	}
 	return e
 }
@@ -164,6 +168,7 @@ func (e *benchEnv) transports() []transport {
 		}},
 		{"TLS13Proxied", dialTCP("tlsproxy")},
 		{"HBONE", dialTCP("hbone")},
+		{"HBONEXNet", dialTCP("hbonexnet")},
 	}
 }
 

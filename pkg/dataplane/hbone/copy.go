@@ -31,6 +31,12 @@ var bigBufs = sync.Pool{New: func() any { b := make([]byte, bigBufSize); return 
 // and one with data queued gets it in a single large read. The caller owns
 // the returned buffer (nil with an error) and puts it back into bigBufs.
 func readPooled(rc syscall.RawConn) (*[]byte, int, error) {
+	return readPooledNotify(rc, nil)
+}
+
+// readPooledNotify is readPooled that calls onBlock each time the socket
+// has nothing to read and the call is about to wait.
+func readPooledNotify(rc syscall.RawConn, onBlock func()) (*[]byte, int, error) {
 	var (
 		buf  *[]byte
 		n    int
@@ -47,6 +53,9 @@ func readPooled(rc syscall.RawConn) (*[]byte, int, error) {
 		if rerr == syscall.EAGAIN {
 			bigBufs.Put(buf)
 			buf = nil
+			if onBlock != nil {
+				onBlock()
+			}
 			return false // wait until readable, holding nothing
 		}
 		return true
@@ -171,4 +180,100 @@ func isReset(err error) bool {
 // isConnReset reports a TCP RST from the peer.
 func isConnReset(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// batchConn is the socket under an HBONE TLS connection. Between StartBatch
+// and EndBatch (one h2tun flush, up to 64 KiB of frames) it collects the TLS
+// records in a pooled buffer and writes them with one syscall, where TLS
+// alone would make one per 16 KiB record. Reads likewise take up to 64 KiB
+// per syscall (readPooled) where TLS asks for about one record at a time.
+// Outside a batch and while idle it holds no buffer.
+type batchConn struct {
+	net.Conn
+	mu       sync.Mutex // TLS serialises its writes, but EndBatch runs outside them
+	batching bool
+	buf      *[]byte
+
+	rc      syscall.RawConn // nil: reads pass through
+	rbuf    *[]byte
+	pending []byte
+	onBlock func()
+}
+
+// OnReadBlock sets what Read calls before it waits for the socket; set
+// before the connection is read from concurrently.
+func (b *batchConn) OnReadBlock(f func()) { b.onBlock = f }
+
+func newBatchConn(c net.Conn) *batchConn {
+	b := &batchConn{Conn: c}
+	if _, ok := c.(*net.TCPConn); ok {
+		b.rc = rawConn(c)
+	}
+	return b
+}
+
+// Read is called by the TLS connection only (which serialises its reads).
+func (b *batchConn) Read(p []byte) (int, error) {
+	if b.rc == nil {
+		if b.onBlock != nil {
+			b.onBlock() // no way to tell whether it would block: assume so
+		}
+		return b.Conn.Read(p)
+	}
+	if len(b.pending) == 0 {
+		buf, n, err := readPooledNotify(b.rc, b.onBlock)
+		if err != nil {
+			return 0, err
+		}
+		b.rbuf, b.pending = buf, (*buf)[:n]
+	}
+	n := copy(p, b.pending)
+	b.pending = b.pending[n:]
+	if len(b.pending) == 0 {
+		bigBufs.Put(b.rbuf)
+		b.rbuf, b.pending = nil, nil
+	}
+	return n, nil
+}
+
+var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 80<<10); return &b }}
+
+func (b *batchConn) StartBatch() {
+	b.mu.Lock()
+	b.batching = true
+	b.mu.Unlock()
+}
+
+func (b *batchConn) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.batching {
+		return b.Conn.Write(p)
+	}
+	if b.buf == nil {
+		b.buf = batchBufs.Get().(*[]byte)
+	}
+	*b.buf = append(*b.buf, p...)
+	if len(*b.buf) >= 256<<10 {
+		return len(p), b.flushLocked()
+	}
+	return len(p), nil
+}
+
+func (b *batchConn) EndBatch() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.batching = false
+	return b.flushLocked()
+}
+
+func (b *batchConn) flushLocked() error {
+	if b.buf == nil {
+		return nil
+	}
+	_, err := b.Conn.Write(*b.buf)
+	*b.buf = (*b.buf)[:0]
+	batchBufs.Put(b.buf)
+	b.buf = nil
+	return err
 }

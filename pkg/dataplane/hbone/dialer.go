@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/meshctl/meshctl/pkg/dataplane/hbone/internal/h2tun"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 )
 
@@ -53,6 +54,7 @@ type Dialer struct {
 	t2      *http2.Transport
 	mu      sync.Mutex
 	pool    map[poolKey][]*http2.ClientConn
+	tpool   map[poolKey][]*h2tun.Conn
 	dialing map[poolKey]chan struct{} // closed when the dial in progress ends
 }
 
@@ -83,7 +85,7 @@ func NewDialer(opts ...Option) (*Dialer, error) {
 	}
 	t2.IdleConnTimeout = cfg.poolIdleTimeout
 	t2.MaxReadFrameSize = clientMaxReadFrameSize
-	return &Dialer{cfg: cfg, t2: t2, pool: map[poolKey][]*http2.ClientConn{}, dialing: map[poolKey]chan struct{}{}}, nil
+	return &Dialer{cfg: cfg, t2: t2, pool: map[poolKey][]*http2.ClientConn{}, tpool: map[poolKey][]*h2tun.Conn{}, dialing: map[poolKey]chan struct{}{}}, nil
 }
 
 // Close closes every pooled connection; tunnels on them are reset.
@@ -96,6 +98,12 @@ func (d *Dialer) Close() error {
 		}
 		delete(d.pool, k)
 	}
+	for k, ccs := range d.tpool {
+		for _, cc := range ccs {
+			_ = cc.Close()
+		}
+		delete(d.tpool, k)
+	}
 	return nil
 }
 
@@ -106,6 +114,9 @@ func (d *Dialer) PoolSize() int {
 	n := 0
 	for k := range d.pool {
 		n += len(d.pruneLocked(k))
+	}
+	for k := range d.tpool {
+		n += len(d.pruneTunLocked(k))
 	}
 	return n
 }
@@ -171,15 +182,32 @@ func (d *Dialer) clientConn(ctx context.Context, t Target) (*http2.ClientConn, e
 }
 
 func (d *Dialer) dialConn(ctx context.Context, t Target) (*http2.ClientConn, error) {
+	tc, _, err := d.handshake(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := d.t2.NewClientConn(&pooledConn{Conn: tc, gauge: d.cfg.metrics})
+	if err != nil {
+		_ = tc.Close()
+		return nil, fmt.Errorf("hbone h2 with %s: %w", t.Gateway, err)
+	}
+	d.cfg.metrics.poolConns.Inc()
+	d.cfg.metrics.poolDialed.Inc()
+	return cc, nil
+}
+
+// handshake opens the mutual TLS connection to t's gateway.
+func (d *Dialer) handshake(ctx context.Context, t Target) (*tls.Conn, *batchConn, error) {
 	cert, err := d.cfg.certForID(ctx, t.Source)
 	if err != nil {
-		return nil, fmt.Errorf("hbone dial %s: certificate for %s: %w", t.Gateway, t.Source, err)
+		return nil, nil, fmt.Errorf("hbone dial %s: certificate for %s: %w", t.Gateway, t.Source, err)
 	}
 	raw, err := d.cfg.dial(ctx, "tcp", t.Gateway.String())
 	if err != nil {
-		return nil, fmt.Errorf("hbone dial %s: %w", t.Gateway, err)
+		return nil, nil, fmt.Errorf("hbone dial %s: %w", t.Gateway, err)
 	}
-	tc := tls.Client(raw, &tls.Config{
+	bc := newBatchConn(raw)
+	tc := tls.Client(bc, &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		NextProtos: []string{"h2"},
 		// The server is authenticated by SPIFFE identity, not by host name,
@@ -196,21 +224,14 @@ func (d *Dialer) dialConn(ctx context.Context, t Target) (*http2.ClientConn, err
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = raw.Close()
 		d.cfg.metrics.handshake.WithLabelValues("outbound", "tls").Inc()
-		return nil, fmt.Errorf("hbone handshake with %s: %w", t.Gateway, err)
+		return nil, nil, fmt.Errorf("hbone handshake with %s: %w", t.Gateway, err)
 	}
 	if tc.ConnectionState().NegotiatedProtocol != "h2" {
 		_ = raw.Close()
 		d.cfg.metrics.handshake.WithLabelValues("outbound", "alpn").Inc()
-		return nil, fmt.Errorf("hbone handshake with %s: peer did not negotiate h2", t.Gateway)
+		return nil, nil, fmt.Errorf("hbone handshake with %s: peer did not negotiate h2", t.Gateway)
 	}
-	cc, err := d.t2.NewClientConn(&pooledConn{Conn: tc, gauge: d.cfg.metrics})
-	if err != nil {
-		_ = raw.Close()
-		return nil, fmt.Errorf("hbone h2 with %s: %w", t.Gateway, err)
-	}
-	d.cfg.metrics.poolConns.Inc()
-	d.cfg.metrics.poolDialed.Inc()
-	return cc, nil
+	return tc, bc, nil
 }
 
 // pooledConn keeps the pool gauge honest however the h2 connection ends
@@ -293,6 +314,9 @@ func newTraceparent() string {
 // FIN ends the request stream, a stream end half-closes downstream, and an
 // abort on either side resets the other.
 func (d *Dialer) Proxy(ctx context.Context, t Target, downstream net.Conn) error {
+	if !d.cfg.xnetH2 {
+		return d.proxyTunnel(ctx, t, downstream)
+	}
 	// The transport reads the request body straight from downstream, so no
 	// extra goroutine and buffer per tunnel are needed for that direction.
 	body := &downstreamBody{conn: downstream, rc: rawConn(downstream), done: make(chan struct{}), counter: d.cfg.metrics.sent.WithLabelValues("outbound")}
@@ -401,6 +425,9 @@ func (b *downstreamBody) Close() error {
 // Dial opens a tunnel and returns it as a net.Conn, for callers that are not
 // splicing an accepted socket (interop tests, benchmarks, tools).
 func (d *Dialer) Dial(ctx context.Context, t Target) (net.Conn, error) {
+	if !d.cfg.xnetH2 {
+		return d.dialTunnel(ctx, t)
+	}
 	pr, pw := io.Pipe()
 	resp, cancel, err := d.roundTrip(ctx, t, recordSizedReader{pr})
 	if err != nil {

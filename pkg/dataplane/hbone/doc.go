@@ -6,15 +6,22 @@
 // Dialer is the client side (a pool of h2 connections per source identity and
 // destination, 100 streams each); Server is the inbound side on port 15008,
 // which picks its certificate by destination IP, checks the CONNECT request as
-// ztunnel does (400 bad request, 401 denied, 503 upstream unreachable) and
-// splices the stream to the destination.
+// ztunnel does (400 bad request, 401 denied, 431 headers too large, 503
+// upstream unreachable) and splices the stream to the destination. A FIN
+// crosses the tunnel as END_STREAM and the other direction goes on, in both
+// directions; a reset crosses as RST_STREAM.
 //
-// Known limits, both from x/net's server: a destination that half-closes
-// first ends the stream (END_STREAM followed by RST_STREAM(NO_ERROR)), so
-// data the client is still sending after that is dropped; and header lists
-// over 4× WithMaxHeaderBytes are answered 431 by x/net before the handler
-// runs, so only those between 1× and 4× are counted in the reject metric.
+// The HTTP/2 connection is internal/h2tun: x/net/http2's Framer and hpack
+// for everything on the wire, with a stream state machine and flow control
+// of its own, built for tunnels (one reader goroutine per connection, writes
+// from the copying goroutine). x/net's general-purpose Transport and Server
+// handed every frame across two or three goroutines, which cost half of
+// TLS's throughput; the h2tun package comment says what was kept from x/net
+// and why. The x/net Transport/Server path is still compiled in behind the
+// unexported withXNetH2 option, only so the benchmarks can compare the two
+// in one run.
 //
-// The HTTP/2 framing is golang.org/x/net/http2's: a hand-written h2 would be a
-// second, less-reviewed implementation of a protocol with a long CVE history.
+// Known limit: a header list beyond 4× WithMaxHeaderBytes is not decoded at
+// all; the connection gets GOAWAY (the CONTINUATION-flood defence) and the
+// h2 error metric counts it, not the 431 reject metric.
 package hbone

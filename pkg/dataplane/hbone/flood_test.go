@@ -97,7 +97,10 @@ func TestStreamFloodRefused(t *testing.T) {
 		t.Fatal("server accepted a flood of streams beyond MAX_CONCURRENT_STREAMS")
 	}
 	waitFor(t, func() bool {
-		return counter(e.sm.h2Errors.WithLabelValues("stream_PROTOCOL_over_max_streams"))+counter(e.sm.h2Errors.WithLabelValues("stream_REFUSED_STREAM_over_max_streams_race")) > 0
+		// The first two are x/net's names (withXNetH2), the last h2tun's.
+		return counter(e.sm.h2Errors.WithLabelValues("stream_PROTOCOL_over_max_streams"))+
+			counter(e.sm.h2Errors.WithLabelValues("stream_REFUSED_STREAM_over_max_streams_race"))+
+			counter(e.sm.h2Errors.WithLabelValues("stream_REFUSED_STREAM_over_max_streams")) > 0
 	})
 	// The other connection's tunnel is unaffected.
 	if _, err := io.WriteString(good, "still here"); err != nil {
@@ -161,4 +164,30 @@ func TestHugeHeadersRefused(t *testing.T) {
 		t.Fatalf("tunnel on another connection: %q, %v", buf, err)
 	}
 	_ = http.StatusOK
+}
+
+// TestClosedTunnelsAreNotRapidReset: a client that closes each answered
+// tunnel with RST_STREAM (as Dial's Close does without CloseWrite) is not a
+// rapid-reset attacker, however many tunnels it goes through in a second.
+func TestClosedTunnelsAreNotRapidReset(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ln := listen(t, "127.0.0.1:0")
+	echoOn(ln)
+	dst := addrPortOf(ln.Addr())
+	one := make([]byte, 1)
+	for i := 0; i < 2000; i++ {
+		c, err := e.dial(dst)
+		if err != nil {
+			t.Fatalf("tunnel %d: %v", i, err)
+		}
+		_, _ = c.Write(one)
+		if _, err := io.ReadFull(c, one); err != nil {
+			t.Fatalf("tunnel %d: %v", i, err)
+		}
+		c.Close()
+	}
+	if n := counter(e.sm.h2Errors.WithLabelValues("rapid_reset")); n != 0 {
+		t.Errorf("rapid_reset counted %v times for tunnels closed after their answer", n)
+	}
 }

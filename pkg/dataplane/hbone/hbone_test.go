@@ -545,3 +545,64 @@ func TestUpstreamDialerGetsTheClientAddress(t *testing.T) {
 		t.Errorf("upstream dialer called with src %v dst %v; want 127.0.0.1 and %v", got.src, got.dst, e.echoAddr)
 	}
 }
+
+// TestClientSendsAfterDestinationHalfCloses: a destination that sends its
+// answer and FIN first still receives everything the client sends after
+// that (x/net's server dropped it), through Dial and through Proxy.
+func TestClientSendsAfterDestinationHalfCloses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	received := make(chan int, 2)
+	dstLn := listen(t, "127.0.0.1:0")
+	go func() {
+		for {
+			c, err := dstLn.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = c.Write([]byte("banner"))
+				_ = c.(*net.TCPConn).CloseWrite()
+				n, _ := io.Copy(io.Discard, c)
+				received <- int(n)
+			}()
+		}
+	}()
+	dst := addrPortOf(dstLn.Addr())
+	payload := bytes.Repeat([]byte("x"), 6<<20) // beyond the 4 MiB stream window
+
+	check := func(name string, c net.Conn) {
+		t.Helper()
+		got, err := io.ReadAll(c)
+		if err != nil || string(got) != "banner" {
+			t.Fatalf("%s: read %q, %v; want banner then EOF", name, got, err)
+		}
+		if _, err := c.Write(payload); err != nil {
+			t.Fatalf("%s: write after the destination's FIN: %v", name, err)
+		}
+		_ = c.(interface{ CloseWrite() error }).CloseWrite()
+		if n := <-received; n != len(payload) {
+			t.Fatalf("%s: destination received %d bytes after its FIN, want %d", name, n, len(payload))
+		}
+	}
+	c, err := e.dial(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("Dial", c)
+	c.Close()
+
+	appLn := listen(t, "127.0.0.1:0")
+	app, err := net.Dial("tcp", appLn.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	down, err := appLn.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = e.dialer.Proxy(context.Background(), e.target(dst), down) }()
+	check("Proxy", app)
+}

@@ -62,7 +62,14 @@ type config struct {
 	maxHeaderBytes   int
 	streamsPerConn   int
 	mark             int
+	// xnetH2 selects the previous HTTP/2 implementation, x/net's Transport
+	// and Server, instead of internal/h2tun; kept, unexported, so the
+	// benchmarks can compare the two in one run.
+	xnetH2 bool
 }
+
+// withXNetH2 switches both halves to x/net's HTTP/2 Transport and Server.
+func withXNetH2(on bool) Option { return func(c *config) { c.xnetH2 = on } }
 
 func newConfig(opts []Option) config {
 	c := config{

@@ -107,7 +107,12 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
 	// Ending ctx (the workload went away) ends its connections too.
 	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 	defer stop()
+	var bc *batchConn
 	tc := tls.Server(c, s.tls)
+	if !s.cfg.xnetH2 {
+		bc = newBatchConn(c)
+		tc = tls.Server(bc, s.tls)
+	}
 	hsCtx, cancel := context.WithTimeout(ctx, s.cfg.handshakeTimeout)
 	err := tc.HandshakeContext(hsCtx)
 	cancel()
@@ -128,6 +133,10 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
 		return
 	}
 	info := &connInfo{peer: peer, src: addrPortOf(c.RemoteAddr()), dst: addrPortOf(c.LocalAddr())}
+	if !s.cfg.xnetH2 {
+		s.serveTunnels(ctx, tc, bc, info)
+		return
+	}
 	s.h2.ServeConn(tc, &http2.ServeConnOpts{
 		Context: context.WithValue(ctx, connInfoKey{}, info),
 		Handler: s,
@@ -160,57 +169,21 @@ func (s *Server) handshakeFailure(c net.Conn, err error) string {
 	}
 }
 
-// ServeHTTP handles one CONNECT stream.
+// ServeHTTP handles one CONNECT stream on the x/net path.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info, _ := r.Context().Value(connInfoKey{}).(*connInfo)
 	if info == nil {
 		s.reject(w, http.StatusInternalServerError, "no_conn_info")
 		return
 	}
-	if r.Method != http.MethodConnect {
-		s.reject(w, http.StatusBadRequest, "method")
+	dst, code, reason := s.admit(info, r.Method, r.Host, headerBytes(r))
+	if code != 0 {
+		s.reject(w, code, reason)
 		return
 	}
-	dst, err := ParseAuthority(r.Host)
-	switch {
-	case err != nil:
-		s.reject(w, http.StatusBadRequest, "authority")
-		return
-	case dst.Addr() != info.dst.Addr():
-		// A tunnel may only reach the workload it was addressed to; otherwise
-		// 15008 would be an open relay into the pod's network namespace.
-		s.reject(w, http.StatusBadRequest, "destination_mismatch")
-		return
-	case dst.Addr().IsLoopback() && !s.cfg.allowLoopback:
-		s.reject(w, http.StatusBadRequest, "loopback")
-		return
-	case IsSelfCallPort(dst.Port()):
-		s.reject(w, http.StatusBadRequest, "self_call")
-		return
-	}
-	if headerBytes(r) > s.cfg.maxHeaderBytes {
-		s.reject(w, http.StatusRequestHeaderFieldsTooLarge, "headers_too_large")
-		return
-	}
-	src := info.src
-	if s.cfg.authorize != nil {
-		if err := s.cfg.authorize(r.Context(), info.peer, src, dst); err != nil {
-			s.cfg.log.Info("hbone inbound denied", "peer", info.peer.String(), "dst", dst, "err", err)
-			s.reject(w, http.StatusUnauthorized, "denied")
-			return
-		}
-	}
-	dialCtx, cancel := context.WithTimeout(r.Context(), s.cfg.upstreamTimeout)
-	var up net.Conn
-	if s.cfg.upstreamDial != nil {
-		up, err = s.cfg.upstreamDial(dialCtx, src.Addr(), dst)
-	} else {
-		up, err = s.cfg.dial(dialCtx, "tcp", dst.String())
-	}
-	cancel()
-	if err != nil {
-		s.cfg.log.Debug("hbone upstream dial failed", "dst", dst, "err", err)
-		s.reject(w, http.StatusServiceUnavailable, "upstream")
+	up, code, reason := s.openUpstream(r.Context(), info, dst)
+	if code != 0 {
+		s.reject(w, code, reason)
 		return
 	}
 	defer up.Close()
@@ -255,6 +228,54 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reset(up)
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// admit checks a request as ztunnel does; code is 0 when it may proceed.
+func (s *Server) admit(info *connInfo, method, host string, headerBytes int) (dst netip.AddrPort, code int, reason string) {
+	if method != http.MethodConnect {
+		return dst, http.StatusBadRequest, "method"
+	}
+	dst, err := ParseAuthority(host)
+	switch {
+	case err != nil:
+		return dst, http.StatusBadRequest, "authority"
+	case dst.Addr() != info.dst.Addr():
+		// A tunnel may only reach the workload it was addressed to; otherwise
+		// 15008 would be an open relay into the pod's network namespace.
+		return dst, http.StatusBadRequest, "destination_mismatch"
+	case dst.Addr().IsLoopback() && !s.cfg.allowLoopback:
+		return dst, http.StatusBadRequest, "loopback"
+	case IsSelfCallPort(dst.Port()):
+		return dst, http.StatusBadRequest, "self_call"
+	case headerBytes > s.cfg.maxHeaderBytes:
+		return dst, http.StatusRequestHeaderFieldsTooLarge, "headers_too_large"
+	}
+	return dst, 0, ""
+}
+
+// openUpstream applies the policy and connects to the destination; code is
+// 0 on success.
+func (s *Server) openUpstream(ctx context.Context, info *connInfo, dst netip.AddrPort) (up net.Conn, code int, reason string) {
+	src := info.src
+	if s.cfg.authorize != nil {
+		if err := s.cfg.authorize(ctx, info.peer, src, dst); err != nil {
+			s.cfg.log.Info("hbone inbound denied", "peer", info.peer.String(), "dst", dst, "err", err)
+			return nil, http.StatusUnauthorized, "denied"
+		}
+	}
+	dialCtx, cancel := context.WithTimeout(ctx, s.cfg.upstreamTimeout)
+	defer cancel()
+	var err error
+	if s.cfg.upstreamDial != nil {
+		up, err = s.cfg.upstreamDial(dialCtx, src.Addr(), dst)
+	} else {
+		up, err = s.cfg.dial(dialCtx, "tcp", dst.String())
+	}
+	if err != nil {
+		s.cfg.log.Debug("hbone upstream dial failed", "dst", dst, "err", err)
+		return nil, http.StatusServiceUnavailable, "upstream"
+	}
+	return up, 0, ""
 }
 
 func (s *Server) reject(w http.ResponseWriter, code int, reason string) {

@@ -1,0 +1,305 @@
+package h2tun
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// counts records CountError calls.
+type counts struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (c *counts) add(k string) { c.mu.Lock(); c.m[k]++; c.mu.Unlock() }
+func (c *counts) get(k string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[k]
+}
+
+// echoHandler answers 200 and echoes the stream, half-closing at EOF.
+func echoHandler(s *Stream, _ *Request) {
+	defer s.Close()
+	if s.WriteHeader(200, false) != nil {
+		return
+	}
+	if _, err := io.Copy(s, s); err == nil {
+		_ = s.CloseWrite()
+	}
+}
+
+// serve runs a server on one end of a pipe (synchronous: a peer that does
+// not read blocks the server's writes at once) and returns the other end.
+func serve(t *testing.T, cfg Config, h func(*Stream, *Request)) (net.Conn, *counts, chan struct{}) {
+	t.Helper()
+	cs, ss := net.Pipe()
+	return serveOn(t, cs, ss, cfg, h)
+}
+
+// serveTCP is serve on loopback TCP, for tests of NewClient: a pipe would
+// deadlock both prefaces, each end writing while neither reads.
+func serveTCP(t *testing.T, cfg Config, h func(*Stream, *Request)) (net.Conn, *counts, chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cs, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveOn(t, cs, ss, cfg, h)
+}
+
+func serveOn(t *testing.T, cs, ss net.Conn, cfg Config, h func(*Stream, *Request)) (net.Conn, *counts, chan struct{}) {
+	cnt := &counts{m: map[string]int{}}
+	cfg.CountError = cnt.add
+	done := make(chan struct{})
+	go func() { _ = Serve(ss, cfg, time.Now().Add(5*time.Second), h); close(done) }()
+	t.Cleanup(func() {
+		_ = cs.Close()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("Serve did not return after the client went away")
+		}
+	})
+	return cs, cnt, done
+}
+
+// rawClient returns a framer on c and hello, which writes the preface and
+// SETTINGS; the goroutine that writes frames calls it first.
+func rawClient(t *testing.T, c net.Conn) (fr *http2.Framer, hello func() error) {
+	t.Helper()
+	fr = http2.NewFramer(c, c)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	return fr, func() error {
+		if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+			return err
+		}
+		return fr.WriteSettings()
+	}
+}
+
+func connectBlock(authority string) []byte {
+	var b bytes.Buffer
+	e := hpack.NewEncoder(&b)
+	_ = e.WriteField(hpack.HeaderField{Name: ":method", Value: "CONNECT"})
+	_ = e.WriteField(hpack.HeaderField{Name: ":authority", Value: authority})
+	return b.Bytes()
+}
+
+// readUntilGoAway drains frames until a GOAWAY (returned) or an error.
+func readUntilGoAway(fr *http2.Framer) (*http2.GoAwayFrame, error) {
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return nil, err
+		}
+		if ga, ok := f.(*http2.GoAwayFrame); ok {
+			return ga, nil
+		}
+	}
+}
+
+func TestClientServerHalfCloseBothWays(t *testing.T) {
+	t.Parallel()
+	// The server half-closes first (a banner then FIN) and must still
+	// receive everything the client sends afterwards.
+	got := make(chan []byte, 1)
+	cs, _, _ := serveTCP(t, Config{}, func(s *Stream, _ *Request) {
+		defer s.Close()
+		_ = s.WriteHeader(200, false)
+		_, _ = s.Write([]byte("banner"))
+		_ = s.CloseWrite()
+		b, _ := io.ReadAll(s)
+		got <- b
+	})
+	cc, err := NewClient(cs, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if !cc.Reserve() {
+		t.Fatal("no stream slot on a new connection")
+	}
+	st, status, err := cc.Connect(t.Context(), "10.0.0.1:80", nil)
+	if err != nil || status != 200 {
+		t.Fatalf("connect: %d, %v", status, err)
+	}
+	defer st.Close()
+	banner, err := io.ReadAll(st)
+	if err != nil || string(banner) != "banner" {
+		t.Fatalf("read %q, %v; want banner then EOF", banner, err)
+	}
+	// 8 MiB: more than the stream window, so flow control has to work
+	// after the server's END_STREAM too.
+	payload := bytes.Repeat([]byte("after the server's FIN "), 8<<20/23)
+	if _, err := st.Write(payload); err != nil {
+		t.Fatalf("write after the server half-closed: %v", err)
+	}
+	if err := st.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; !bytes.Equal(b, payload) {
+		t.Fatalf("server received %d bytes, want the %d sent after its FIN", len(b), len(payload))
+	}
+}
+
+func TestRapidResetGetsGoAway(t *testing.T) {
+	t.Parallel()
+	// The handler never answers (an upstream dial that takes a while), so
+	// every reset comes before the response, as in the attack.
+	cs, cnt, _ := serve(t, Config{}, func(s *Stream, _ *Request) {
+		defer s.Close()
+		_, _ = io.Copy(io.Discard, s)
+	})
+	fr, hello := rawClient(t, cs)
+	block := connectBlock("10.0.0.1:80")
+	go func() {
+		if hello() != nil {
+			return
+		}
+		for i := uint32(0); i < 5000; i++ {
+			id := 2*i + 1
+			if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true}) != nil ||
+				fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+				return
+			}
+		}
+	}()
+	ga, err := readUntilGoAway(fr)
+	if err != nil {
+		t.Fatalf("no GOAWAY after a rapid reset flood: %v", err)
+	}
+	if ga.ErrCode != http2.ErrCodeEnhanceYourCalm || cnt.get("rapid_reset") != 1 {
+		t.Fatalf("GOAWAY %v, rapid_reset counted %d; want ENHANCE_YOUR_CALM and 1", ga.ErrCode, cnt.get("rapid_reset"))
+	}
+}
+
+func TestPingFloodWithoutReadingClosesConnection(t *testing.T) {
+	t.Parallel()
+	cs, cnt, done := serve(t, Config{}, echoHandler)
+	fr, hello := rawClient(t, cs)
+	helloDone := make(chan struct{})
+	go func() { _ = hello(); close(helloDone) }()
+	// Read the server's SETTINGS, then never read again: every PING ack
+	// queues, since the pipe blocks the server's next write.
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := f.(*http2.WindowUpdateFrame); ok { // the end of the server's hello
+			break
+		}
+	}
+	<-helloDone
+	var err error
+	for i := 0; i < 100000 && err == nil; i++ {
+		err = fr.WritePing(false, [8]byte{byte(i)})
+	}
+	go func() { _, _ = io.Copy(io.Discard, cs) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("server still up after a PING flood")
+	}
+	if cnt.get("control_flood") == 0 {
+		t.Fatalf("flood not counted: %v (last write error %v)", cnt.m, err)
+	}
+}
+
+func TestEmptyDataFloodGetsGoAway(t *testing.T) {
+	t.Parallel()
+	cs, cnt, _ := serve(t, Config{}, echoHandler)
+	fr, hello := rawClient(t, cs)
+	go func() {
+		if hello() != nil || fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: connectBlock("10.0.0.1:80"), EndHeaders: true}) != nil {
+			return
+		}
+		for i := 0; i < 5000; i++ {
+			if fr.WriteData(1, false, nil) != nil {
+				return
+			}
+		}
+	}()
+	ga, err := readUntilGoAway(fr)
+	if err != nil || ga.ErrCode != http2.ErrCodeEnhanceYourCalm || cnt.get("empty_data_flood") != 1 {
+		t.Fatalf("GOAWAY %v, %v, counted %d; want ENHANCE_YOUR_CALM", ga, err, cnt.get("empty_data_flood"))
+	}
+}
+
+func TestStreamsBeyondLimitRefused(t *testing.T) {
+	t.Parallel()
+	block := make(chan struct{})
+	defer close(block)
+	cs, cnt, _ := serve(t, Config{MaxConcurrentStreams: 2}, func(s *Stream, _ *Request) {
+		defer s.Close()
+		<-block
+	})
+	fr, hello := rawClient(t, cs)
+	go func() {
+		_ = hello()
+		for i := uint32(0); i < 3; i++ {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 2*i + 1, BlockFragment: connectBlock("10.0.0.1:80"), EndHeaders: true})
+		}
+	}()
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rst, ok := f.(*http2.RSTStreamFrame); ok {
+			if rst.StreamID != 5 || rst.ErrCode != http2.ErrCodeRefusedStream {
+				t.Fatalf("RST_STREAM %d %v, want stream 5 REFUSED_STREAM", rst.StreamID, rst.ErrCode)
+			}
+			break
+		}
+	}
+	if cnt.get("stream_REFUSED_STREAM_over_max_streams") != 1 {
+		t.Errorf("refusal not counted: %v", cnt.m)
+	}
+}
+
+func TestResetPropagatesBothWays(t *testing.T) {
+	t.Parallel()
+	serverErr := make(chan error, 1)
+	cs, _, _ := serveTCP(t, Config{}, func(s *Stream, _ *Request) {
+		defer s.Close()
+		_ = s.WriteHeader(200, false)
+		_, err := io.ReadAll(s)
+		serverErr <- err
+	})
+	cc, err := NewClient(cs, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cc.Reserve()
+	st, _, err := cc.Connect(t.Context(), "10.0.0.1:80", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = st.Write([]byte("x"))
+	st.Reset(http2.ErrCodeCancel)
+	var se *StreamError
+	if err := <-serverErr; !errors.As(err, &se) || se.Code != http2.ErrCodeCancel {
+		t.Fatalf("server read ended with %v, want a CANCEL reset", err)
+	}
+	st.Close()
+}

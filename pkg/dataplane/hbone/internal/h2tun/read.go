@@ -1,0 +1,453 @@
+package h2tun
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// readLoop is the connection's one reader: it demultiplexes frames into
+// streams and never blocks on anything but the socket.
+func (c *Conn) readLoop() {
+	defer close(c.readerDone)
+	defer c.flushWakes()
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				c.cfg.CountError("stream_" + se.Code.String())
+				c.resetStream(se.StreamID, se.Code)
+				continue
+			}
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				c.connError(err)
+				return
+			}
+			if errors.Is(err, http2.ErrFrameTooLarge) {
+				c.connError(http2.ConnectionError(http2.ErrCodeFrameSize))
+				return
+			}
+			c.close(fmt.Errorf("h2 read: %w", err))
+			return
+		}
+		if err := c.handle(f); err != nil {
+			c.connError(err)
+			return
+		}
+		if c.ctlOverflow.Load() {
+			c.cfg.CountError("control_flood")
+			c.connError(http2.ConnectionError(http2.ErrCodeEnhanceYourCalm))
+			return
+		}
+	}
+}
+
+// resetStream answers a stream-level error the framer found.
+func (c *Conn) resetStream(id uint32, code http2.ErrCode) {
+	c.mu.Lock()
+	if s := c.streams[id]; s != nil {
+		c.resetLocked(s, code)
+	} else {
+		if c.server && id%2 == 1 && id > c.lastPeerID {
+			c.lastPeerID = id
+		}
+		c.queueLocked(ctlFrame{typ: http2.FrameRSTStream, streamID: id, val: uint32(code)})
+	}
+	c.mu.Unlock()
+	c.kick()
+}
+
+func (c *Conn) handle(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.MetaHeadersFrame:
+		return c.onHeaders(f)
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		return c.onSettings(f)
+	case *http2.PingFrame:
+		if f.IsAck() {
+			return nil
+		}
+		return c.queueAndKick(ctlFrame{typ: http2.FramePing, data: f.Data})
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.RSTStreamFrame:
+		return c.onReset(f)
+	case *http2.GoAwayFrame:
+		c.onGoAway(f)
+		return nil
+	case *http2.PushPromiseFrame:
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	default: // PRIORITY and unknown frame types are ignored, as RFC 9113 says
+		return nil
+	}
+}
+
+func (c *Conn) queueAndKick(f ctlFrame) error {
+	c.mu.Lock()
+	ok := c.queueLocked(f)
+	c.mu.Unlock()
+	if !ok {
+		c.cfg.CountError("control_flood")
+		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+	}
+	c.kick()
+	return nil
+}
+
+func (c *Conn) onSettings(f *http2.SettingsFrame) error {
+	var (
+		delta       int32
+		windowValid = true
+	)
+	c.mu.Lock()
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			delta = int32(s.Val) - c.peerWindow
+			c.peerWindow = int32(s.Val)
+		case http2.SettingMaxFrameSize:
+			c.peerMaxFrame = s.Val
+		case http2.SettingMaxConcurrentStreams:
+			c.peerMaxStr = s.Val
+		case http2.SettingHeaderTableSize:
+			// The encoder is used under wmu, which the reader must not
+			// wait for; the next header block applies it (before our ACK
+			// is written, since the ACK is queued behind it).
+			c.tableSize, c.tableSizeSet = s.Val, true
+		}
+		return nil
+	})
+	if delta != 0 {
+		for _, s := range c.streams {
+			if int64(s.sendWindow)+int64(delta) > 1<<31-1 {
+				windowValid = false
+			}
+			s.sendWindow += delta
+			s.wakeLocked()
+		}
+	}
+	ok := c.queueLocked(ctlFrame{typ: http2.FrameSettings})
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if !windowValid {
+		return http2.ConnectionError(http2.ErrCodeFlowControl)
+	}
+	if !ok {
+		c.cfg.CountError("control_flood")
+		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+	}
+	c.kick()
+	return nil
+}
+
+func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.StreamID == 0 {
+		if int64(c.sendWindow)+int64(f.Increment) > 1<<31-1 {
+			return http2.ConnectionError(http2.ErrCodeFlowControl)
+		}
+		c.sendWindow += int32(f.Increment)
+		for _, s := range c.streams {
+			if s.waitingSend {
+				s.wakeLocked()
+			}
+		}
+		return nil
+	}
+	s := c.streams[f.StreamID]
+	if s == nil {
+		return c.checkKnownLocked(f.StreamID)
+	}
+	if int64(s.sendWindow)+int64(f.Increment) > 1<<31-1 {
+		c.resetLocked(s, http2.ErrCodeFlowControl)
+		return nil
+	}
+	s.sendWindow += int32(f.Increment)
+	s.wakeLocked()
+	return nil
+}
+
+// checkKnownLocked: a frame for a stream we do not have is fine when the
+// stream existed (it was closed) and a protocol error when it is idle.
+func (c *Conn) checkKnownLocked(id uint32) error {
+	if c.server && id > c.lastPeerID && id%2 == 1 {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	if !c.server && (id%2 == 0 || id >= c.nextID) {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	return nil
+}
+
+func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
+	c.mu.Lock()
+	s := c.streams[f.StreamID]
+	if s == nil {
+		err := c.checkKnownLocked(f.StreamID)
+		c.mu.Unlock()
+		return err
+	}
+	if c.server && !s.respSent {
+		// Rapid reset is HEADERS then RST_STREAM before any answer; a
+		// client closing a tunnel it was using resets an answered stream
+		// (x/net's client and ours do) and is not counted.
+		now := time.Now()
+		if now.Sub(c.resetsSince) > resetPeriod {
+			c.resets, c.resetsSince = 0, now
+		}
+		c.resets++
+		if c.resets > maxResetsPerPeriod {
+			c.mu.Unlock()
+			c.cfg.CountError("rapid_reset")
+			return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+		}
+	}
+	err := error(&StreamError{Code: f.ErrCode})
+	if f.ErrCode == http2.ErrCodeRefusedStream && s.resp != nil && s.status == 0 {
+		err = ErrRefused
+	}
+	if s.rerr == nil {
+		s.rerr = err
+	}
+	if s.werr == nil {
+		s.werr = err
+	}
+	s.peerReset = true
+	s.finishLocked()
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *Conn) onGoAway(f *http2.GoAwayFrame) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.goAway = true
+	c.peerGoAwayID = f.LastStreamID
+	if !c.server {
+		for id, s := range c.streams {
+			if id > f.LastStreamID {
+				s.rerr, s.werr = ErrRefused, ErrRefused
+				s.finishLocked()
+			}
+		}
+	}
+	c.maybeIdleLocked()
+}
+
+func (c *Conn) onData(f *http2.DataFrame) error {
+	n := f.Length // counts padding too, as flow control does
+	data := f.Data()
+	c.mu.Lock()
+	if int64(c.recvUsed)+int64(n) > int64(c.cfg.ConnWindow) {
+		c.mu.Unlock()
+		return http2.ConnectionError(http2.ErrCodeFlowControl)
+	}
+	// The connection window is credited back when the stream's reader
+	// consumes the data; whatever does not reach a reader is credited now.
+	c.recvUsed += n
+	s := c.streams[f.StreamID]
+	if s == nil {
+		// A stream that was closed or reset may still get frames that were
+		// in flight (RFC 9113 5.1: ignore them); an idle one may not.
+		err := c.checkKnownLocked(f.StreamID)
+		c.connAckLocked(n)
+		c.mu.Unlock()
+		c.kick()
+		return err
+	}
+	if s.remoteDone {
+		c.connAckLocked(n)
+		c.resetLocked(s, http2.ErrCodeStreamClosed)
+		c.mu.Unlock()
+		c.kick()
+		return nil
+	}
+	if len(data) == 0 && !f.StreamEnded() {
+		c.emptyData++
+		if c.emptyData > maxEmptyData {
+			c.mu.Unlock()
+			c.cfg.CountError("empty_data_flood")
+			return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+		}
+	}
+	if int64(n) > int64(s.recvWindow) {
+		c.connAckLocked(n)
+		c.resetLocked(s, http2.ErrCodeFlowControl)
+		c.mu.Unlock()
+		c.kick()
+		return nil
+	}
+	s.recvWindow -= int32(n)
+	if pad := n - uint32(len(data)); pad > 0 {
+		s.consumedLocked(pad)
+	}
+	if s.rdst != nil && s.rbuf.n == 0 {
+		k := copy(s.rdst[s.rn:], data)
+		s.rn += k
+		data = data[k:]
+	}
+	if len(data) > 0 {
+		s.rbuf.write(data)
+	}
+	if f.StreamEnded() {
+		s.remoteDone = true
+		if s.rerr == nil {
+			s.rerr = errEOF
+		}
+		s.finishIfDoneLocked()
+	}
+	// A Read waiting for data is woken once the reader has nothing more
+	// to parse (see Batch's OnReadBlock), so it wakes once per burst of
+	// frames and gets them all, not once per 16 KiB frame; sooner when
+	// its buffer is full or the stream ended.
+	switch {
+	case !c.deferWakes || f.StreamEnded() || s.rdst == nil || s.rn == len(s.rdst):
+		s.wakeLocked()
+	case !s.wakeDeferred:
+		s.wakeDeferred = true
+		c.wakes = append(c.wakes, s)
+	}
+	c.deferred += int(n)
+	flush := c.deferred >= maxDeferredBytes
+	c.mu.Unlock()
+	if flush {
+		c.flushWakes()
+	}
+	c.kick()
+	return nil
+}
+
+// maxDeferredBytes bounds how long a deferred wakeup waits while other
+// streams' data keeps the reader busy.
+const maxDeferredBytes = 256 << 10
+
+// flushWakes wakes the Reads whose wakeup onData deferred. The reader calls
+// it just before it would block on the socket.
+func (c *Conn) flushWakes() {
+	c.mu.Lock()
+	for i, s := range c.wakes {
+		s.wakeDeferred = false
+		s.wakeLocked()
+		c.wakes[i] = nil
+	}
+	c.wakes = c.wakes[:0]
+	c.deferred = 0
+	c.mu.Unlock()
+}
+
+func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	if c.server {
+		return c.onRequest(f)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.streams[f.StreamID]
+	if s == nil {
+		return c.checkKnownLocked(f.StreamID)
+	}
+	if s.status != 0 || s.resp == nil {
+		// Trailers: allowed only as the stream's end.
+		if !f.StreamEnded() {
+			c.resetLocked(s, http2.ErrCodeProtocol)
+			return nil
+		}
+		s.remoteDone = true
+		if s.rerr == nil {
+			s.rerr = errEOF
+		}
+		s.finishIfDoneLocked()
+		s.wakeLocked()
+		return nil
+	}
+	st, err := strconv.Atoi(f.PseudoValue("status"))
+	if err != nil || st < 100 || st > 999 {
+		s.rerr = errors.New("h2: bad response :status")
+		c.resetLocked(s, http2.ErrCodeProtocol)
+		return nil
+	}
+	if st < 200 {
+		return nil // 1xx informational: the real response follows
+	}
+	s.status = st
+	if f.StreamEnded() {
+		s.remoteDone = true
+		if s.rerr == nil {
+			s.rerr = errEOF
+		}
+		s.finishIfDoneLocked()
+	}
+	s.wakeLocked()
+	return nil
+}
+
+func (c *Conn) onRequest(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	c.mu.Lock()
+	if s := c.streams[id]; s != nil {
+		// Trailers on a request stream: only as its end.
+		if !f.StreamEnded() {
+			c.resetLocked(s, http2.ErrCodeProtocol)
+			c.mu.Unlock()
+			c.kick()
+			return nil
+		}
+		s.remoteDone = true
+		if s.rerr == nil {
+			s.rerr = errEOF
+		}
+		s.finishIfDoneLocked()
+		s.wakeLocked()
+		c.mu.Unlock()
+		return nil
+	}
+	if id%2 == 0 || id <= c.lastPeerID {
+		c.mu.Unlock()
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	c.lastPeerID = id
+	if c.goAway || c.closed {
+		c.mu.Unlock()
+		return nil // draining: the stream is ignored, the GOAWAY said so
+	}
+	if c.slots >= int(c.cfg.MaxConcurrentStreams) {
+		c.queueLocked(ctlFrame{typ: http2.FrameRSTStream, streamID: id, val: uint32(http2.ErrCodeRefusedStream)})
+		c.mu.Unlock()
+		c.cfg.CountError("stream_REFUSED_STREAM_over_max_streams")
+		c.kick()
+		return nil
+	}
+	s := c.newStreamLocked(id)
+	c.slots++
+	c.stopIdleLocked()
+	if f.StreamEnded() {
+		s.remoteDone = true
+		s.rerr = errEOF
+	}
+	c.mu.Unlock()
+	req := &Request{Method: f.PseudoValue("method"), Authority: f.PseudoValue("authority"), Truncated: f.Truncated}
+	for _, hf := range f.Fields {
+		req.HeaderBytes += int(hf.Size())
+		if !hf.IsPseudo() {
+			req.Fields = append(req.Fields, hf)
+		}
+	}
+	c.handlersGroup.Add(1)
+	go func() {
+		defer c.handlersGroup.Done()
+		c.handler(s, req)
+	}()
+	return nil
+}

@@ -1,0 +1,366 @@
+package h2tun
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"sync"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// errEOF marks a read side ended by END_STREAM (reads return io.EOF once
+// the buffer is drained).
+var errEOF = errors.New("h2 stream ended")
+
+// Stream is one tunnel. Read and Write may be called from two goroutines;
+// the owner must call Close when done with it.
+type Stream struct {
+	c    *Conn
+	id   uint32
+	cond sync.Cond // on c.mu: data, window, state changes
+
+	// Everything below is guarded by c.mu.
+	rbuf chunkQueue
+	// rdst is the buffer of a Read waiting for data and rn what the reader
+	// goroutine copied into it: data goes straight from the frame to the
+	// caller, not through rbuf, when the caller keeps up.
+	rdst         []byte
+	rn           int
+	wakeDeferred bool
+	respSent     bool  // server: response HEADERS written
+	rerr         error // errEOF, a *StreamError, ErrRefused or the connection's error
+	werr         error
+	recvWindow   int32  // what the peer may still send
+	unacked      uint32 // consumed since our last stream WINDOW_UPDATE
+	sendWindow   int32
+	waitingSend  bool
+	localDone    bool // END_STREAM sent
+	remoteDone   bool // END_STREAM received
+	localReset   bool
+	peerReset    bool
+	finished     bool // removed from the connection's stream map
+	closed       bool // Close called
+	status       int  // client: response status
+	resp         chan struct{}
+	respClosed   bool
+}
+
+// ID returns the stream ID.
+func (s *Stream) ID() uint32 { return s.id }
+
+func (s *Stream) wakeLocked() {
+	s.cond.Broadcast()
+	if s.resp != nil && !s.respClosed && (s.status != 0 || s.finished || s.rerr != nil && s.rerr != errEOF) {
+		s.respClosed = true
+		close(s.resp)
+	}
+}
+
+func (s *Stream) finishLocked() {
+	if !s.finished {
+		s.finished = true
+		delete(s.c.streams, s.id)
+	}
+	s.wakeLocked()
+}
+
+func (s *Stream) finishIfDoneLocked() {
+	if s.localDone && s.remoteDone {
+		s.finishLocked()
+	}
+}
+
+// consumedLocked credits n consumed bytes back to the peer, batching the
+// WINDOW_UPDATEs to one per half window (stream and connection).
+func (s *Stream) consumedLocked(n uint32) {
+	c := s.c
+	c.connAckLocked(n)
+	if s.remoteDone || s.finished {
+		return
+	}
+	s.unacked += n
+	if s.unacked >= c.cfg.StreamWindow/2 {
+		c.queueLocked(ctlFrame{typ: http2.FrameWindowUpdate, streamID: s.id, val: s.unacked})
+		s.recvWindow += int32(s.unacked)
+		s.unacked = 0
+	}
+}
+
+func (c *Conn) connAckLocked(n uint32) {
+	c.recvConsumed += n
+	if c.recvConsumed >= c.cfg.ConnWindow/2 {
+		c.queueLocked(ctlFrame{typ: http2.FrameWindowUpdate, val: c.recvConsumed})
+		c.recvUsed -= c.recvConsumed
+		c.recvConsumed = 0
+	}
+}
+
+// resetLocked aborts s with RST_STREAM(code) unless it already ended.
+func (c *Conn) resetLocked(s *Stream, code http2.ErrCode) {
+	if s.finished {
+		return
+	}
+	c.queueLocked(ctlFrame{typ: http2.FrameRSTStream, streamID: s.id, val: uint32(code)})
+	s.localReset = true
+	err := &StreamError{Code: code}
+	if s.rerr == nil || s.rerr == errEOF {
+		s.rerr = err
+	}
+	if s.werr == nil {
+		s.werr = err
+	}
+	c.connAckLocked(uint32(s.rbuf.n))
+	s.rbuf.reset()
+	s.finishLocked()
+}
+
+// Read reads what the peer sent; io.EOF after its END_STREAM, a
+// *StreamError after a reset.
+func (s *Stream) Read(p []byte) (int, error) {
+	c := s.c
+	c.mu.Lock()
+	if s.rbuf.n == 0 && s.rerr == nil && len(p) > 0 {
+		s.rdst, s.rn = p, 0
+		for s.rn == 0 && s.rbuf.n == 0 && s.rerr == nil {
+			s.cond.Wait()
+		}
+		n := s.rn
+		s.rdst, s.rn = nil, 0
+		if n > 0 {
+			s.consumedLocked(uint32(n))
+			c.mu.Unlock()
+			if c.ctlPending.Load() {
+				c.kick()
+			}
+			return n, nil
+		}
+	}
+	if s.rerr != nil && s.rerr != errEOF {
+		err := s.rerr
+		c.mu.Unlock()
+		return 0, err
+	}
+	if s.rbuf.n == 0 {
+		c.mu.Unlock()
+		return 0, io.EOF
+	}
+	n := s.rbuf.read(p)
+	s.consumedLocked(uint32(n))
+	c.mu.Unlock()
+	if c.ctlPending.Load() {
+		c.kick()
+	}
+	return n, nil
+}
+
+// Write sends p as DATA frames from the caller's goroutine, waiting for
+// flow-control window as needed.
+func (s *Stream) Write(p []byte) (int, error) {
+	c := s.c
+	written := 0
+	for len(p) > 0 {
+		c.mu.Lock()
+		for s.werr == nil && !s.localDone && (s.sendWindow <= 0 || c.sendWindow <= 0) {
+			s.waitingSend = true
+			s.cond.Wait()
+		}
+		s.waitingSend = false
+		if err := s.writeErrLocked(); err != nil {
+			c.mu.Unlock()
+			return written, err
+		}
+		n := min(len(p), int(s.sendWindow), int(c.sendWindow))
+		s.sendWindow -= int32(n)
+		c.sendWindow -= int32(n)
+		frame := int(min(c.peerMaxFrame, maxFramePayload))
+		c.mu.Unlock()
+
+		c.wmu.Lock()
+		c.mu.Lock()
+		err := s.writeErrLocked()
+		c.mu.Unlock()
+		if err != nil {
+			c.wmu.Unlock()
+			return written, err
+		}
+		for off := 0; off < n; off += frame {
+			c.writeDataLocked(s.id, p[off:min(off+frame, n)], false)
+		}
+		if err := c.unlockWrite(); err != nil {
+			return written, err
+		}
+		p = p[n:]
+		written += n
+	}
+	return written, nil
+}
+
+func (s *Stream) writeErrLocked() error {
+	switch {
+	case s.werr != nil:
+		return s.werr
+	case s.localDone:
+		return errors.New("h2 stream: write after CloseWrite")
+	}
+	return nil
+}
+
+// writeDataLocked appends one DATA frame to wbuf, under wmu. It is written
+// here rather than with Framer.WriteData, which would copy the payload once
+// more into its own buffer.
+func (c *Conn) writeDataLocked(id uint32, data []byte, end bool) {
+	var h [9]byte
+	h[0], h[1], h[2] = byte(len(data)>>16), byte(len(data)>>8), byte(len(data))
+	h[3] = byte(http2.FrameData)
+	if end {
+		h[4] = byte(http2.FlagDataEndStream)
+	}
+	binary.BigEndian.PutUint32(h[5:], id)
+	_, _ = c.wbuf.Write(h[:])
+	_, _ = c.wbuf.Write(data)
+}
+
+// CloseWrite sends END_STREAM: the peer reads EOF, the other direction goes on.
+func (s *Stream) CloseWrite() error {
+	c := s.c
+	c.wmu.Lock()
+	c.mu.Lock()
+	if s.localDone {
+		c.mu.Unlock()
+		c.wmu.Unlock()
+		return nil
+	}
+	if s.werr != nil {
+		err := s.werr
+		c.mu.Unlock()
+		c.wmu.Unlock()
+		return err
+	}
+	s.localDone = true
+	c.writeDataLocked(s.id, nil, true)
+	s.finishIfDoneLocked()
+	c.mu.Unlock()
+	return c.unlockWrite()
+}
+
+// WriteHeader sends the response status (server side); endStream also ends
+// the stream's sending side, as a refusal does.
+func (s *Stream) WriteHeader(status int, endStream bool) error {
+	c := s.c
+	c.wmu.Lock()
+	c.mu.Lock()
+	if err := s.writeErrLocked(); err != nil {
+		c.mu.Unlock()
+		c.wmu.Unlock()
+		return err
+	}
+	if endStream {
+		s.localDone = true
+		s.finishIfDoneLocked()
+	}
+	s.respSent = true
+	c.applyTableSizeLocked()
+	c.mu.Unlock()
+	c.hbuf.Reset()
+	_ = c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(status)})
+	c.writeHeaderBlock(s.id, endStream)
+	return c.unlockWrite()
+}
+
+func statusText(code int) string {
+	return string([]byte{byte('0' + code/100%10), byte('0' + code/10%10), byte('0' + code%10)})
+}
+
+// Reset aborts the stream with RST_STREAM(code).
+func (s *Stream) Reset(code http2.ErrCode) {
+	c := s.c
+	c.mu.Lock()
+	c.resetLocked(s, code)
+	c.mu.Unlock()
+	c.kick()
+}
+
+// Close releases the stream. One that has not ended both ways is reset:
+// CANCEL when we had not finished sending, NO_ERROR when only the peer had
+// not (a refused request whose body we no longer want).
+func (s *Stream) Close() {
+	c := s.c
+	c.mu.Lock()
+	if s.closed {
+		c.mu.Unlock()
+		return
+	}
+	s.closed = true
+	code := http2.ErrCodeCancel
+	if s.localDone {
+		code = http2.ErrCodeNo
+	}
+	c.resetLocked(s, code)
+	c.connAckLocked(uint32(s.rbuf.n))
+	s.rbuf.reset()
+	c.slots--
+	c.maybeIdleLocked()
+	c.mu.Unlock()
+	c.kick()
+}
+
+// chunkQueue is a stream's receive buffer: pooled 16 KiB chunks, none held
+// while the stream is idle.
+type chunkQueue struct {
+	chunks []*[]byte
+	r      int // read offset in chunks[0]
+	n      int // bytes buffered
+}
+
+const chunkSize = 16 << 10
+
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, 0, chunkSize); return &b }}
+
+func (q *chunkQueue) write(p []byte) {
+	q.n += len(p)
+	for len(p) > 0 {
+		if len(q.chunks) == 0 || len(*q.chunks[len(q.chunks)-1]) == chunkSize {
+			q.chunks = append(q.chunks, chunkPool.Get().(*[]byte))
+		}
+		last := q.chunks[len(q.chunks)-1]
+		k := copy((*last)[len(*last):chunkSize], p)
+		*last = (*last)[:len(*last)+k]
+		p = p[k:]
+	}
+}
+
+func (q *chunkQueue) read(p []byte) int {
+	n := 0
+	for len(p) > 0 && len(q.chunks) > 0 {
+		c := q.chunks[0]
+		k := copy(p, (*c)[q.r:])
+		q.r += k
+		n += k
+		p = p[k:]
+		if q.r == len(*c) {
+			q.drop()
+		}
+	}
+	q.n -= n
+	return n
+}
+
+// drop releases the first chunk.
+func (q *chunkQueue) drop() {
+	c := q.chunks[0]
+	*c = (*c)[:0]
+	chunkPool.Put(c)
+	copy(q.chunks, q.chunks[1:])
+	q.chunks[len(q.chunks)-1] = nil
+	q.chunks = q.chunks[:len(q.chunks)-1]
+	q.r = 0
+}
+
+func (q *chunkQueue) reset() {
+	for len(q.chunks) > 0 {
+		q.drop()
+	}
+	q.n = 0
+}
