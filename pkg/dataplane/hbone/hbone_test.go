@@ -302,9 +302,11 @@ func TestPlaintextToHBONEPort(t *testing.T) {
 	waitFor(t, func() bool { return counter(e.sm.handshake.WithLabelValues("inbound", "plaintext")) == 1 })
 }
 
+// waitFor polls cond for up to 10 s: long enough for a loaded machine under
+// -race (2 s was not), and only a bound — a passing cond returns at once.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for i := 0; i < 200; i++ {
+	for i := 0; i < 1000; i++ {
 		if cond() {
 			return
 		}
