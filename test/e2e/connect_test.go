@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -17,6 +15,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/connect/check"
 	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
+	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
 var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
@@ -28,18 +27,20 @@ var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
 		RemoteSecrets *remotesecret.Result `json:"remoteSecrets"`
 	}
 	byName := map[string]cluster.ClusterResult{}
+	var mesh *meshtest.Env
 
-	BeforeAll(func() {
+	BeforeAll(func(ctx SpecContext) {
 		DeferCleanup(func() {
-			if os.Getenv("MESHCTL_E2E_KEEP") != "" {
+			if keep() {
 				return
 			}
 			_, _, _ = meshctlResult("down", "--env", connEnv)
 		})
+		meshctlJSON(&up, "up", "--env", connEnv, "--clusters", "2", "--image", suite.image, "--registry=false", "--install=false")
+		mesh = attach(ctx, connEnv, meshtest.WithClusters(2))
 	})
 
 	It("creates two clusters on one network and installs each one's remote secret in the other", func() {
-		meshctlJSON(&up, "up", "--env", connEnv, "--clusters", "2", "--image", suite.image, "--registry=false", "--install=false")
 		Expect(up.Clusters).To(HaveLen(2))
 		for _, c := range up.Clusters {
 			byName[c.Name] = c
@@ -56,10 +57,10 @@ var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
 		))
 	})
 
-	It("gives each cluster a kubeconfig that works from the other cluster's node, read-only", func() {
+	It("gives each cluster a kubeconfig that works from the other cluster's node, read-only", func(ctx SpecContext) {
 		for _, p := range [][2]string{{"cluster1", "cluster2"}, {"cluster2", "cluster1"}} {
 			source, target := p[0], p[1]
-			sec, err := clientset(byName[target].Kubeconfig).CoreV1().Secrets("istio-system").Get(context.Background(), "istio-remote-secret-"+source, metav1.GetOptions{})
+			sec, err := mesh.Cluster(target).Kube.CoreV1().Secrets("istio-system").Get(ctx, "istio-remote-secret-"+source, metav1.GetOptions{})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(sec.Labels).To(HaveKeyWithValue("istio/multiCluster", "true"))
 			Expect(sec.Annotations).To(HaveKeyWithValue("networking.istio.io/cluster", source))
@@ -88,8 +89,8 @@ var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
 		}
 	})
 
-	It("prints the installed secret with remote-secret, and names the known clusters for an unknown one", func() {
-		installed, err := clientset(byName["cluster2"].Kubeconfig).CoreV1().Secrets("istio-system").Get(context.Background(), "istio-remote-secret-cluster1", metav1.GetOptions{})
+	It("prints the installed secret with remote-secret, and names the known clusters for an unknown one", func(ctx SpecContext) {
+		installed, err := mesh.Cluster("cluster2").Kube.CoreV1().Secrets("istio-system").Get(ctx, "istio-remote-secret-cluster1", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		for _, format := range []string{"yaml", "json"} {
 			out := meshctl("remote-secret", "--env", connEnv, "cluster1", "-o", format)
@@ -104,7 +105,7 @@ var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
 		Expect(errOut).To(ContainSubstring(`no cluster "cluster9" in environment "` + connEnv + `" (it has cluster1, cluster2)`))
 	})
 
-	It("changes nothing and makes no second token when connect runs again", func() {
+	It("changes nothing and makes no second token when connect runs again", func(ctx SpecContext) {
 		var out struct {
 			RemoteSecrets *remotesecret.Result `json:"remoteSecrets"`
 		}
@@ -117,14 +118,14 @@ var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
 		for _, s := range out.RemoteSecrets.Secrets {
 			Expect(s.Action).To(Equal(remotesecret.SecretUnchanged), s.Secret+" in "+s.Target)
 		}
-		for _, c := range up.Clusters {
-			list, err := clientset(c.Kubeconfig).CoreV1().Secrets("istio-system").List(context.Background(), metav1.ListOptions{FieldSelector: "type=kubernetes.io/service-account-token"})
-			Expect(err).NotTo(HaveOccurred())
-			Expect(list.Items).To(HaveLen(1), c.Name)
-		}
+		mesh.ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
+			list, err := c.Kube.CoreV1().Secrets("istio-system").List(ctx, metav1.ListOptions{FieldSelector: "type=kubernetes.io/service-account-token"})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(list.Items).To(HaveLen(1))
+		})
 	})
 
-	It("proves pod and service connectivity between every pair, and cleans up", func() {
+	It("proves pod and service connectivity between every pair, and cleans up", func(ctx SpecContext) {
 		var res check.Result
 		meshctlJSON(&res, "check", "connectivity", "--env", connEnv)
 		Expect(res.OK).To(BeTrue(), "%+v", res.Probes)
@@ -137,10 +138,10 @@ var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
 			"cluster1→cluster1 pod", "cluster1→cluster1 service", "cluster1→cluster2 pod", "cluster1→cluster2 service",
 			"cluster2→cluster1 pod", "cluster2→cluster1 service", "cluster2→cluster2 pod", "cluster2→cluster2 service",
 		))
-		for _, c := range up.Clusters {
-			_, err := clientset(c.Kubeconfig).CoreV1().Namespaces().Get(context.Background(), check.DefaultNamespace, metav1.GetOptions{})
-			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s still has namespace %s (%v)", c.Name, check.DefaultNamespace, err)
-		}
+		mesh.ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
+			_, err := c.Kube.CoreV1().Namespaces().Get(ctx, check.DefaultNamespace, metav1.GetOptions{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "namespace %s is still there (%v)", check.DefaultNamespace, err)
+		})
 		out := meshctl("check", "connectivity", "--env", connEnv)
 		Expect(out).To(MatchRegexp(`cluster1\s+cluster2\s+service\s+10\.255\.20\.\d+\s+ok`))
 	})

@@ -13,4 +13,10 @@
 //	MESHCTL_E2E_ENV             environment name, prefix of every cluster (default e2e)
 //	MESHCTL_E2E_REGISTRY_PORT   host port of the local registry (default 5001)
 //	MESHCTL_E2E_KEEP            keep the clusters after the suite (debugging)
+//	MESHCTL_E2E_ARTIFACTS       artifacts directory (default: a new temporary one)
+//	MESHCTL_E2E_REQUIRE         fail, instead of skipping, when the suite cannot run
+//
+// Every scenario runs on pkg/meshtest: a failed spec leaves the pods, logs,
+// events and status of its environment under
+// <artifacts>/<env>/failures/<spec>/ (see docs/meshtest.md).
 package e2e

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +13,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
 func TestE2E(t *testing.T) {
@@ -42,6 +45,61 @@ var suite struct {
 	registryImage string
 	testImage     string
 }
+
+// env, registryName and registryPort default to "e2e", meshctl-e2e-registry and
+// 5001; MESHCTL_E2E_ENV and MESHCTL_E2E_REGISTRY_PORT change them so that two runs
+// of the suite on one machine (two developers, two worktrees) never share clusters.
+// Each Ordered container has an environment of its own, named env plus a suffix.
+var (
+	env          = envOr("MESHCTL_E2E_ENV", "e2e")
+	registryName = "meshctl-" + env + "-registry"
+	registryPort = envOr("MESHCTL_E2E_REGISTRY_PORT", "5001")
+)
+
+// current is the environment the running Ordered container works in: each
+// container sets it in its BeforeAll (see attach) and clears it in a
+// DeferCleanup, so that a failed spec anywhere in the suite saves that
+// environment's pods, logs, events and status under
+// <artifacts>/<env>/failures/<spec>/ before the spec's cleanup deletes
+// anything. Specs run one at a time (Ordered containers, one process): one
+// variable is enough.
+var current *meshtest.Env
+
+var _ = meshtest.ReportFailures(&current)
+
+// attach gives the specs of a container the environment named name, which
+// `meshctl up` (run by the container itself: the CLI is what it tests) has
+// just made: meshtest reuses it — reading the clusters' records and
+// kubeconfigs, never deleting anything; the container's own `meshctl down`
+// stays the teardown — and becomes current until the container ends.
+func attach(ctx context.Context, name string, opts ...meshtest.Option) *meshtest.Env {
+	GinkgoHelper()
+	e := reuse(ctx, name, opts...)
+	setCurrent(e)
+	return e
+}
+
+// reuse is another handle on environment name (other options, say another
+// echo image), which does not become current.
+func reuse(ctx context.Context, name string, opts ...meshtest.Option) *meshtest.Env {
+	GinkgoHelper()
+	e, err := meshtest.New(ctx, append([]meshtest.Option{
+		meshtest.WithEnv(name), meshtest.WithReuse(true),
+		meshtest.WithArtifacts(suite.artifacts), meshtest.WithEchoImage(suite.testImage),
+	}, opts...)...)
+	Expect(err).NotTo(HaveOccurred(), "reusing environment %q", name)
+	return e
+}
+
+// setCurrent makes e the environment failures are reported from until the
+// running container ends.
+func setCurrent(e *meshtest.Env) {
+	current = e
+	DeferCleanup(func() { current = nil })
+}
+
+// keep says whether to leave the clusters for debugging (MESHCTL_E2E_KEEP).
+func keep() bool { return os.Getenv("MESHCTL_E2E_KEEP") != "" }
 
 func envOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -14,11 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
+	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
 var _ = Describe("east-west gateways between networks", Ordered, func() {
@@ -29,8 +27,9 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 		Gateways []gateway.ClusterResult `json:"gateways"`
 	}
 	byName := map[string]cluster.ClusterResult{}
+	var mesh *meshtest.Env
 
-	BeforeAll(func() {
+	BeforeAll(func(ctx SpecContext) {
 		for _, img := range []string{gateway.DefaultControllerImage, gateway.DefaultSpeakerImage} {
 			if _, err := docker("image", "inspect", img); err != nil {
 				reason := "image " + img + " is not on this machine: run `make e2e-env` (hack/e2e/build-metallb.sh)"
@@ -42,15 +41,16 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 		}
 		upArgs = []string{"up", "--env", gwEnv, "--clusters", "2", "--networks", "2", "--image", suite.image, "--registry=false", "--install=false"}
 		DeferCleanup(func() {
-			if os.Getenv("MESHCTL_E2E_KEEP") != "" {
+			if keep() {
 				return
 			}
 			_, _, _ = meshctlResult("down", "--env", gwEnv)
 		})
+		meshctlJSON(&up, upArgs...)
+		mesh = attach(ctx, gwEnv, meshtest.WithClusters(2), meshtest.WithNetworks(2))
 	})
 
-	It("gives each cluster MetalLB and a gateway address from its own pool", func() {
-		meshctlJSON(&up, upArgs...)
+	It("gives each cluster MetalLB and a gateway address from its own pool", func(ctx SpecContext) {
 		Expect(up.Clusters).To(HaveLen(2))
 		for _, c := range up.Clusters {
 			byName[c.Name] = c
@@ -92,15 +92,15 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 			}
 			Expect(inPool).To(BeTrue(), "%s's gateway address %s is not from its pools %v", gw.Cluster, addr, pools)
 
-			cs := clientset(byName[gw.Cluster].Kubeconfig)
-			svc, err := cs.CoreV1().Services("istio-system").Get(context.Background(), "istio-eastwestgateway", metav1.GetOptions{})
+			cs := mesh.Cluster(gw.Cluster).Kube
+			svc, err := cs.CoreV1().Services("istio-system").Get(ctx, "istio-eastwestgateway", metav1.GetOptions{})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(svc.Spec.Type).To(Equal(corev1.ServiceTypeLoadBalancer))
 			Expect(svc.Labels).To(HaveKeyWithValue("topology.istio.io/network", gw.Network))
 			Expect(svc.Status.LoadBalancer.Ingress).NotTo(BeEmpty())
 			Expect(svc.Status.LoadBalancer.Ingress[0].IP).To(Equal(gw.Address()))
 
-			pods, err := cs.CoreV1().Pods("metallb-system").List(context.Background(), metav1.ListOptions{LabelSelector: "app=metallb"})
+			pods, err := cs.CoreV1().Pods("metallb-system").List(ctx, metav1.ListOptions{LabelSelector: "app=metallb"})
 			Expect(err).NotTo(HaveOccurred())
 			components := map[string]bool{}
 			for _, p := range pods.Items {
@@ -113,20 +113,24 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 		}
 	})
 
-	It("answers TCP on the gateway address from the other network's node", func() {
+	It("answers TCP on the gateway address from the other network's node", func(ctx SpecContext) {
 		for _, gw := range up.Gateways {
-			cs := clientset(byName[gw.Cluster].Kubeconfig)
 			// a stand-in for the gateway pods the dataplane will deploy:
 			// the labels the Service selects, a listener on the status port
-			pod := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: "fake-eastwestgateway", Namespace: "istio-system", Labels: gateway.GatewaySelector(gw.Network)},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "listen", Image: suite.testImage, ImagePullPolicy: corev1.PullNever,
-					Command: []string{"sh", "-c", "while true; do echo meshctl-gw-" + gw.Cluster + " | nc -l -p 15021; done"},
-				}}},
-			}
-			_, err := cs.CoreV1().Pods("istio-system").Create(context.Background(), pod, metav1.CreateOptions{})
+			labels, err := json.Marshal(gateway.GatewaySelector(gw.Network))
 			Expect(err).NotTo(HaveOccurred())
+			mesh.Cluster(gw.Cluster).Apply(ctx, "istio-system", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: fake-eastwestgateway
+  labels: %s
+spec:
+  containers:
+  - name: listen
+    image: %s
+    imagePullPolicy: Never
+    command: [sh, -c, "while true; do echo meshctl-gw-%s | nc -l -p 15021; done"]
+`, labels, suite.testImage, gw.Cluster))
 		}
 		for i, gw := range up.Gateways {
 			other := up.Gateways[1-i]
@@ -141,7 +145,7 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 		}
 	})
 
-	It("changes nothing when connect runs again", func() {
+	It("changes nothing when connect runs again", func(ctx SpecContext) {
 		// objects MetalLB's controller also writes (CA bundles), and ours;
 		// a second apply within the same second would hide a change, so wait
 		time.Sleep(time.Second)
@@ -156,11 +160,9 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 		versions := func() map[string]string {
 			out := map[string]string{}
 			for _, gw := range up.Gateways {
-				cfg, err := clientcmd.BuildConfigFromFlags("", byName[gw.Cluster].Kubeconfig)
-				Expect(err).NotTo(HaveOccurred())
-				dyn := dynamic.NewForConfigOrDie(cfg)
+				dyn := mesh.Cluster(gw.Cluster).Dynamic
 				for _, gvr := range objects {
-					list, err := dyn.Resource(gvr).List(context.Background(), metav1.ListOptions{})
+					list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
 					Expect(err).NotTo(HaveOccurred(), "%s", gvr)
 					for _, o := range list.Items {
 						ns := o.GetNamespace()
@@ -200,6 +202,7 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 	})
 
 	It("deletes its clusters", func() {
+		current = nil // nothing left to collect artifacts from
 		var down cluster.DownResult
 		meshctlJSON(&down, "down", "--env", gwEnv)
 		Expect(down.Deleted).To(ConsistOf(gwEnv+"-cluster1", gwEnv+"-cluster2"))

@@ -4,16 +4,17 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
 // installOutput is what `up -o json` and `install -o json` print.
@@ -29,11 +30,6 @@ type installOutput struct {
 			Revision int    `json:"revision"`
 		} `json:"releases"`
 	} `json:"clusters"`
-}
-
-type upInstallOutput struct {
-	cluster.UpResult
-	Install *installOutput `json:"install"`
 }
 
 // releaseActions flattens a report to cluster/release=action.
@@ -67,27 +63,23 @@ func primaryConflist(node string) string {
 
 var _ = Describe("the dataplane install", Ordered, func() {
 	instEnv := env + "-inst"
-	var up upInstallOutput
+	var mesh *meshtest.Env
+	var first installOutput
 	nodes := map[string][]string{} // cluster -> node names
 
-	BeforeAll(func() {
-		DeferCleanup(func() {
-			if os.Getenv("MESHCTL_E2E_KEEP") != "" {
-				return
-			}
-			_, _, _ = meshctlResult("down", "--env", instEnv)
-		})
-	})
-
-	It("up creates two clusters and installs the dataplane into both", func() {
-		meshctlJSON(&up, "up", "--env", instEnv, "--clusters", "2", "--image", suite.image, "--registry=false")
-		Expect(up.Clusters).To(HaveLen(2))
-		Expect(up.Install).NotTo(BeNil())
-		Expect(up.Install.Image).To(HavePrefix("meshctl/dataplane:"))
-		Expect(releaseActions(up.Install)).To(ConsistOf(allActions(up.Install, "installed")))
-		Expect(releaseActions(up.Install)).To(HaveLen(4))
-		for _, c := range up.Clusters {
-			list, err := clientset(c.Kubeconfig).CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	BeforeAll(func(ctx SpecContext) {
+		// This container tests install, uninstall and the dataplane, not
+		// up: meshtest makes the environment through pkg/mesh, the library
+		// behind `meshctl up` (clusters, routes, remote secrets, the shared
+		// root CA, the dataplane image built from the binary under test and
+		// its charts), and deletes it at the end.
+		mesh = meshtest.Setup(ctx,
+			meshtest.WithEnv(instEnv), meshtest.WithClusters(2), meshtest.WithImage(suite.image),
+			meshtest.WithArtifacts(suite.artifacts), meshtest.WithEchoImage(suite.testImage),
+			meshtest.WithInstall(suite.meshctl), meshtest.WithKeep(keep()))
+		setCurrent(mesh)
+		for _, c := range mesh.Clusters() {
+			list, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 			Expect(err).NotTo(HaveOccurred())
 			for _, n := range list.Items {
 				nodes[c.Name] = append(nodes[c.Name], n.Name)
@@ -95,8 +87,15 @@ var _ = Describe("the dataplane install", Ordered, func() {
 		}
 	})
 
+	It("installed the dataplane into both clusters as the CLI would: meshctl install finds nothing to change", func() {
+		meshctlJSON(&first, "install", "--env", instEnv)
+		Expect(first.Image).To(HavePrefix("meshctl/dataplane:"))
+		Expect(releaseActions(&first)).To(HaveLen(4))
+		Expect(releaseActions(&first)).To(ConsistOf(allActions(&first, "unchanged")))
+	})
+
 	It("side-loaded the dataplane image into every node's containerd", func() {
-		ref := strings.TrimPrefix(up.Install.Image, "meshctl/")
+		ref := strings.TrimPrefix(first.Image, "meshctl/")
 		for _, ns := range nodes {
 			for _, n := range ns {
 				out, err := docker("exec", n, "ctr", "--namespace=k8s.io", "images", "ls", "-q")
@@ -106,20 +105,18 @@ var _ = Describe("the dataplane install", Ordered, func() {
 		}
 	})
 
-	It("runs the CNI and proxy DaemonSets Ready on every node, and the signer", func() {
-		ctx := context.Background()
-		for _, c := range up.Clusters {
-			cs := clientset(c.Kubeconfig)
+	It("runs the CNI and proxy DaemonSets Ready on every node, and the signer", func(ctx SpecContext) {
+		mesh.ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
 			for _, name := range []string{"meshctl-cni-node", "meshctl-proxy"} {
-				ds, err := cs.AppsV1().DaemonSets("istio-system").Get(ctx, name, metav1.GetOptions{})
-				Expect(err).NotTo(HaveOccurred())
-				Expect(ds.Status.DesiredNumberScheduled).To(BeEquivalentTo(len(nodes[c.Name])), "%s/%s", c.Name, name)
-				Expect(ds.Status.NumberReady).To(Equal(ds.Status.DesiredNumberScheduled), "%s/%s: %+v", c.Name, name, ds.Status)
+				ds, err := c.Kube.AppsV1().DaemonSets("istio-system").Get(ctx, name, metav1.GetOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(ds.Status.DesiredNumberScheduled).To(BeEquivalentTo(len(nodes[c.Name])), name)
+				g.Expect(ds.Status.NumberReady).To(Equal(ds.Status.DesiredNumberScheduled), "%s: %+v", name, ds.Status)
 			}
-			d, err := cs.AppsV1().Deployments("istio-system").Get(ctx, "meshctl-signer", metav1.GetOptions{})
-			Expect(err).NotTo(HaveOccurred())
-			Expect(d.Status.ReadyReplicas).To(BeEquivalentTo(1), "%s signer: %+v", c.Name, d.Status)
-		}
+			d, err := c.Kube.AppsV1().Deployments("istio-system").Get(ctx, "meshctl-signer", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(d.Status.ReadyReplicas).To(BeEquivalentTo(1), "signer: %+v", d.Status)
+		})
 	})
 
 	It("chained meshctl-cni into each node's CNI config and installed the plugin binary", func() {
@@ -133,15 +130,10 @@ var _ = Describe("the dataplane install", Ordered, func() {
 		}
 	})
 
-	It("still starts ordinary (unmeshed) pods through the chained plugin", func() {
-		runPod(clientset(up.Clusters[0].Kubeconfig), "inst-plain", suite.testImage, "Never")
-	})
-
-	It("re-installing with nothing changed changes nothing", func() {
-		var again installOutput
-		meshctlJSON(&again, "install", "--env", instEnv)
-		Expect(releaseActions(&again)).To(ConsistOf(allActions(&again, "unchanged")))
-		Expect(again.ImageID).To(Equal(up.Install.ImageID))
+	It("still starts ordinary (unmeshed) pods through the chained plugin", func(ctx SpecContext) {
+		// DeployEcho waits for every cluster's pod to be Ready.
+		echo := mesh.DeployEcho(ctx, mesh.CreateNamespace(ctx, "plain-", nil), "plain")
+		Expect(echo).To(HaveLen(2))
 	})
 
 	It("rejects bad values before touching any cluster, naming the key or file", func() {
@@ -157,18 +149,16 @@ var _ = Describe("the dataplane install", Ordered, func() {
 		Expect(errOut).To(ContainSubstring(bad))
 	})
 
-	It("uninstall removes the releases, the CNI entry and the plugin binary", func() {
+	It("uninstall removes the releases, the CNI entry and the plugin binary", func(ctx SpecContext) {
 		var res installOutput
 		meshctlJSON(&res, "uninstall", "--env", instEnv)
 		Expect(releaseActions(&res)).To(ConsistOf(allActions(&res, "uninstalled")))
-		ctx := context.Background()
-		for _, c := range up.Clusters {
-			cs := clientset(c.Kubeconfig)
+		mesh.ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
 			for _, name := range []string{"meshctl-cni-node", "meshctl-proxy"} {
-				_, err := cs.AppsV1().DaemonSets("istio-system").Get(ctx, name, metav1.GetOptions{})
-				Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s/%s: %v", c.Name, name, err)
+				_, err := c.Kube.AppsV1().DaemonSets("istio-system").Get(ctx, name, metav1.GetOptions{})
+				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s: %v", name, err)
 			}
-		}
+		})
 		for _, ns := range nodes {
 			for _, n := range ns {
 				Eventually(func() string { return primaryConflist(n) }).WithTimeout(2*time.Minute).
@@ -185,64 +175,78 @@ var _ = Describe("the dataplane install", Ordered, func() {
 		var res installOutput
 		meshctlJSON(&res, "install", "--env", instEnv)
 		Expect(releaseActions(&res)).To(ConsistOf(allActions(&res, "installed")))
+		Expect(res.ImageID).To(Equal(first.ImageID))
 	})
 
 	// The goal of the dataplane: a pod in an ambient namespace starts
 	// (the plugin asked the node agent, which redirected it and handed it
 	// to the proxy) and its traffic to another meshed pod crosses the
 	// proxies over HBONE.
-	It("meshes pods of an ambient namespace and carries their traffic over HBONE", func() {
-		ctx := context.Background()
-		c := up.Clusters[0]
-		cs := clientset(c.Kubeconfig)
-		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-			Name: "meshed", Labels: map[string]string{"istio.io/dataplane-mode": "ambient"}}}, metav1.CreateOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		server := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "meshed"},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{
-				Name: "web", Image: suite.testImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sh", "-c", "mkdir -p /www && echo meshctl-e2e-meshed > /www/index.html && exec httpd -f -p 8080 -h /www"},
-			}}},
-		}
-		_, err = cs.CoreV1().Pods("meshed").Create(ctx, server, metav1.CreateOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		var ip string
-		Eventually(func(g Gomega) {
-			p, err := cs.CoreV1().Pods("meshed").Get(ctx, "web", metav1.GetOptions{})
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "%+v", p.Status)
-			ip = p.Status.PodIP
-		}).WithTimeout(2 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
+	It("meshes pods of an ambient namespace and carries their traffic over HBONE", func(ctx SpecContext) {
+		ns := mesh.CreateNamespace(ctx, "ambient-", map[string]string{"istio.io/dataplane-mode": "ambient"})
+		client := mesh.DeployEcho(ctx, ns, "client").In("cluster1")
+		server := mesh.DeployEcho(ctx, ns, "server").In("cluster1")
+		proxy := proxyOf(ctx, client)
+		before := hboneOpened(ctx, proxy)
+		Eventually(client).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(server.PodTarget()))
+		Expect(hboneOpened(ctx, proxy)["outbound"]).To(BeNumerically(">", before["outbound"]),
+			"the proxy on %s's node opened no outbound HBONE tunnel", client)
+	})
 
-		client := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "client", Namespace: "meshed"},
-			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
-				Name: "main", Image: suite.testImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sh", "-c", "for i in 1 2 3 4 5; do printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 " + ip + " 8080 && exit 0; sleep 2; done; exit 1"},
-			}}},
-		}
-		_, err = cs.CoreV1().Pods("meshed").Create(ctx, client, metav1.CreateOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		Eventually(func(g Gomega) {
-			p, err := cs.CoreV1().Pods("meshed").Get(ctx, "client", metav1.GetOptions{})
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(p.Status.Phase).NotTo(Equal(corev1.PodFailed), "client failed")
-			g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "%+v", p.Status)
-		}).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
-		logs, err := cs.CoreV1().Pods("meshed").GetLogs("client", &corev1.PodLogOptions{}).DoRaw(ctx)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(string(logs)).To(ContainSubstring("meshctl-e2e-meshed"))
-
-		// The proxy on the client's node opened an outbound HBONE tunnel.
-		p, err := cs.CoreV1().Pods("meshed").Get(ctx, "client", metav1.GetOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		proxies, err := cs.CoreV1().Pods("istio-system").List(ctx, metav1.ListOptions{
-			LabelSelector: "app.kubernetes.io/name=meshctl-proxy", FieldSelector: "spec.nodeName=" + p.Spec.NodeName})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(proxies.Items).To(HaveLen(1))
-		metrics, err := docker("exec", p.Spec.NodeName, "curl", "-s", "http://"+proxies.Items[0].Status.PodIP+":15020/metrics")
-		Expect(err).NotTo(HaveOccurred(), metrics)
-		Expect(metrics).To(MatchRegexp(`meshctl_hbone_connections_opened_total\{direction="outbound"\} [1-9]`))
+	// Across clusters on one network: connect routes the peer's pod CIDR,
+	// the proxies' --mesh-cidrs hold both clusters' pod CIDRs, and the
+	// workload certificates of both chain to the environment's one root.
+	It("carries traffic between ambient pods of two clusters over HBONE, through both proxies", func(ctx SpecContext) {
+		ns := mesh.CreateNamespace(ctx, "ambient-x-", map[string]string{"istio.io/dataplane-mode": "ambient"})
+		echo := mesh.DeployEcho(ctx, ns, "echo")
+		from, to := echo.In("cluster1"), echo.In("cluster2")
+		clientProxy, serverProxy := proxyOf(ctx, from), proxyOf(ctx, to)
+		clientBefore, serverBefore := hboneOpened(ctx, clientProxy), hboneOpened(ctx, serverProxy)
+		Eventually(from).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(to.PodTarget()))
+		Expect(hboneOpened(ctx, clientProxy)["outbound"]).To(BeNumerically(">", clientBefore["outbound"]),
+			"%s: the client's proxy opened no outbound HBONE tunnel", clientProxy)
+		Expect(hboneOpened(ctx, serverProxy)["inbound"]).To(BeNumerically(">", serverBefore["inbound"]),
+			"%s: the server's proxy accepted no inbound HBONE tunnel", serverProxy)
+		// And back.
+		Eventually(to).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(from.PodTarget()))
 	})
 })
+
+// nodeProxy is the meshctl-proxy pod on one node.
+type nodeProxy struct {
+	cluster *meshtest.Cluster
+	pod     string
+}
+
+func (p nodeProxy) String() string { return p.cluster.Name + "/istio-system/" + p.pod }
+
+// proxyOf finds the node proxy that serves an echo pod: the one on its node.
+func proxyOf(ctx context.Context, e *meshtest.Echo) nodeProxy {
+	GinkgoHelper()
+	pod, err := e.Cluster.Kube.CoreV1().Pods(e.Namespace).Get(ctx, e.Pod, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	proxies, err := e.Cluster.Kube.CoreV1().Pods("istio-system").List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=meshctl-proxy", FieldSelector: "spec.nodeName=" + pod.Spec.NodeName})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(proxies.Items).To(HaveLen(1), "meshctl-proxy pods on node %s", pod.Spec.NodeName)
+	return nodeProxy{cluster: e.Cluster, pod: proxies.Items[0].Name}
+}
+
+var openedMetric = regexp.MustCompile(`(?m)^meshctl_hbone_connections_opened_total\{direction="([a-z_]+)"\} (\S+)$`)
+
+// hboneOpened reads a proxy's meshctl_hbone_connections_opened_total by
+// direction from its metrics port (15020), through the API server's pod
+// proxy: no port-forward, no shell in the proxy's image.
+func hboneOpened(ctx context.Context, p nodeProxy) map[string]float64 {
+	GinkgoHelper()
+	raw, err := p.cluster.Kube.CoreV1().Pods("istio-system").ProxyGet("http", p.pod, "15020", "/metrics", nil).DoRaw(ctx)
+	Expect(err).NotTo(HaveOccurred(), "metrics of %s", p)
+	out := map[string]float64{}
+	for _, m := range openedMetric.FindAllStringSubmatch(string(raw), -1) {
+		v, err := strconv.ParseFloat(m[2], 64)
+		Expect(err).NotTo(HaveOccurred(), "metrics of %s: %s", p, m[0])
+		out[m[1]] = v
+	}
+	GinkgoWriter.Printf("%s: meshctl_hbone_connections_opened_total %v\n", p, out)
+	return out
+}

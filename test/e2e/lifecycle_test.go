@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -11,41 +9,34 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/connect"
-)
-
-// env, registryName and registryPort default to "e2e", meshctl-e2e-registry and
-// 5001; MESHCTL_E2E_ENV and MESHCTL_E2E_REGISTRY_PORT change them so that two runs
-// of the suite on one machine (two developers, two worktrees) never share clusters.
-var (
-	env          = envOr("MESHCTL_E2E_ENV", "e2e")
-	registryName = "meshctl-" + env + "-registry"
-	registryPort = envOr("MESHCTL_E2E_REGISTRY_PORT", "5001")
+	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
 var _ = Describe("the cluster lifecycle", Ordered, func() {
 	var upArgs []string
 	var res cluster.UpResult
+	var mesh *meshtest.Env
 
-	BeforeAll(func() {
+	BeforeAll(func(ctx SpecContext) {
 		upArgs = []string{"up", "--env", env, "--clusters", "2", "--image", suite.image,
 			"--registry-image", suite.registryImage, "--registry-name", registryName, "--registry-port", registryPort, "--install=false"}
 		DeferCleanup(func() {
-			if os.Getenv("MESHCTL_E2E_KEEP") != "" {
+			if keep() {
 				return
 			}
 			// Whatever happened, leave nothing behind.
 			_, _, _ = meshctlResult("down", "--env", env, "--registry", "--registry-name", registryName)
 		})
+		meshctlJSON(&res, upArgs...)
+		mesh = attach(ctx, env, meshtest.WithClusters(2))
 	})
 
 	It("creates two clusters in parallel, with a registry", func() {
-		meshctlJSON(&res, upArgs...)
 		Expect(res.Clusters).To(HaveLen(2))
 		for _, c := range res.Clusters {
 			Expect(c.Action).To(Equal(cluster.ActionCreated))
@@ -54,10 +45,10 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 		Expect(res.Registry).NotTo(BeNil())
 	})
 
-	It("installs one root CA and a distinct intermediate in every cluster", func() {
+	It("installs one root CA and a distinct intermediate in every cluster", func(ctx SpecContext) {
 		var roots, intermediates []string
-		for _, c := range res.Clusters {
-			sec, err := clientset(c.Kubeconfig).CoreV1().Secrets("istio-system").Get(context.Background(), "cacerts", metav1.GetOptions{})
+		for _, c := range mesh.Clusters() {
+			sec, err := c.Kube.CoreV1().Secrets("istio-system").Get(ctx, "cacerts", metav1.GetOptions{})
 			Expect(err).NotTo(HaveOccurred(), c.Name)
 			Expect(sec.Data).To(HaveKey("ca-key.pem"))
 			Expect(sec.Data).To(HaveKey("cert-chain.pem"))
@@ -86,45 +77,34 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 		}
 	})
 
-	It("runs CoreDNS and a test pod in each cluster, from the host kubeconfig", func() {
-		for _, c := range res.Clusters {
-			cs := clientset(c.Kubeconfig)
-			Eventually(func(g Gomega) {
-				pods, err := cs.CoreV1().Pods("kube-system").List(context.Background(), metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+	It("runs CoreDNS in each cluster, seen through the host kubeconfig", func(ctx SpecContext) {
+		Eventually(func(g Gomega) {
+			for _, c := range mesh.Clusters() {
+				pods, err := c.Kube.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
 				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(pods.Items).NotTo(BeEmpty())
+				g.Expect(pods.Items).NotTo(BeEmpty(), c.Name)
 				for _, p := range pods.Items {
 					g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "%s/%s", c.Name, p.Name)
 				}
-			}).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
-			runPod(cs, "hello", suite.testImage, corev1.PullNever)
-		}
+			}
+		}).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
 	})
 
-	It("routes pods and services between the clusters of one network", func() {
+	It("routes pods and services between the clusters of one network", func(ctx SpecContext) {
 		var conn connect.Result
 		meshctlJSON(&conn, "connect", "--env", env)
 		Expect(conn.Nodes).To(HaveLen(2))
 		for _, n := range conn.Nodes {
 			Expect(n.Routes).To(HaveLen(2), "node %s: a pod CIDR and a service CIDR of the peer", n.Node)
 		}
-		server := clientset(res.Clusters[1].Kubeconfig)
-		client := clientset(res.Clusters[0].Kubeconfig)
-		podIP := startWebServer(server, "web")
-		svc, err := server.CoreV1().Services("default").Create(context.Background(), &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: "web"},
-			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
-				Ports: []corev1.ServicePort{{Port: 8080, TargetPort: intstr.FromInt32(8080)}}},
-		}, metav1.CreateOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(svc.Spec.ClusterIP).To(HavePrefix("10.255.20."))
-		for i, target := range []string{podIP, svc.Spec.ClusterIP} {
-			name := fmt.Sprintf("fetch-%d", i)
-			// busybox's nc, not its wget: the static wget of Debian's busybox
-			// crashes in these pods.
-			runPodCmd(client, name, suite.testImage, corev1.PullNever, `printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 `+target+` 8080`)
-			Expect(podLogs(client, name)).To(ContainSubstring("meshctl-e2e-web"), "from cluster1 to %s in cluster2", target)
-		}
+		// A pod in each cluster (it runs: the nodes start pods), answering
+		// with its cluster's and its own name.
+		echo := mesh.DeployEcho(ctx, mesh.CreateNamespace(ctx, "routes-", nil), "echo")
+		from, to := echo.In("cluster1"), echo.In("cluster2")
+		Expect(to.ServiceIP).To(HavePrefix("10.255.20."), "cluster2's service CIDR")
+		Eventually(from).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(to.PodTarget()))
+		Eventually(from).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(to.ServiceTarget()))
+		Eventually(to).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(from.PodTarget()))
 	})
 
 	It("prints kubeconfigs whose internal address works from another cluster's node", func() {
@@ -145,7 +125,7 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 		Expect(host).To(ContainSubstring("server: https://127.0.0.1:"))
 	})
 
-	It("pulls an image pushed to the local registry", func() {
+	It("pulls an image pushed to the local registry", func(ctx SpecContext) {
 		ref := "localhost:" + registryPort + "/meshctl-e2e/busybox:e2e"
 		out, err := docker("tag", suite.testImage, ref)
 		Expect(err).NotTo(HaveOccurred(), out)
@@ -156,12 +136,27 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 			}
 			return nil
 		}).WithTimeout(time.Minute).Should(Succeed())
-		for _, c := range res.Clusters {
-			cs := clientset(c.Kubeconfig)
-			cm, err := cs.CoreV1().ConfigMaps("kube-public").Get(context.Background(), "local-registry-hosting", metav1.GetOptions{})
-			Expect(err).NotTo(HaveOccurred())
-			Expect(cm.Data["localRegistryHosting.v1"]).To(ContainSubstring("localhost:" + registryPort))
-			runPod(cs, "from-registry", ref, corev1.PullAlways)
+		mesh.ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
+			cm, err := c.Kube.CoreV1().ConfigMaps("kube-public").Get(ctx, "local-registry-hosting", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(cm.Data["localRegistryHosting.v1"]).To(ContainSubstring("localhost:" + registryPort))
+		})
+		// An echo of the pushed image, pulled by every node from the
+		// registry. Not the pod's status.image: the CRI reports the name
+		// the node already had for the same image (meshctl/busybox).
+		pulled := reuse(ctx, env, meshtest.WithEchoImage(ref))
+		echo := pulled.DeployEcho(ctx, pulled.CreateNamespace(ctx, "registry-", nil), "from-registry")
+		for _, e := range echo {
+			// Events are written asynchronously: the pod may be Ready first.
+			Eventually(func(g Gomega) {
+				events, err := e.Cluster.Kube.CoreV1().Events(e.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + e.Pod})
+				g.Expect(err).NotTo(HaveOccurred())
+				var msgs []string
+				for _, ev := range events.Items {
+					msgs = append(msgs, ev.Message)
+				}
+				g.Expect(msgs).To(ContainElement(HavePrefix(`Successfully pulled image "`+ref+`"`)), e.String())
+			}).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(Succeed())
 		}
 	})
 
@@ -190,6 +185,7 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 	})
 
 	It("leaves no container, network or kubeconfig behind after down", func() {
+		current = nil // nothing left to collect artifacts from
 		var down cluster.DownResult
 		meshctlJSON(&down, "down", "--env", env, "--registry", "--registry-name", registryName)
 		Expect(down.Deleted).To(ConsistOf(env+"-cluster1", env+"-cluster2"))
@@ -212,6 +208,8 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 	})
 })
 
+// clientset is a client for one cluster of an environment that meshtest
+// does not hold (the existing-cluster specs').
 func clientset(kubeconfig string) *kubernetes.Clientset {
 	GinkgoHelper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -219,69 +217,6 @@ func clientset(kubeconfig string) *kubernetes.Clientset {
 	cs, err := kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
 	return cs
-}
-
-// runPod runs a pod that prints and exits, and waits for it to succeed.
-func runPod(cs *kubernetes.Clientset, name, image string, pull corev1.PullPolicy) {
-	GinkgoHelper()
-	runPodCmd(cs, name, image, pull, "echo meshctl-e2e-ok")
-}
-
-// runPodCmd runs script in a pod and waits for it to succeed.
-func runPodCmd(cs *kubernetes.Clientset, name, image string, pull corev1.PullPolicy, script string) {
-	GinkgoHelper()
-	ctx := context.Background()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{
-				Name: "main", Image: image, ImagePullPolicy: pull,
-				Command: []string{"sh", "-c", script},
-			}},
-		},
-	}
-	_, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	Eventually(func(g Gomega) {
-		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(p.Status.Phase).NotTo(Equal(corev1.PodFailed), "pod %s failed: %s", name, podLogs(cs, name))
-		g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "pod %s: %+v", name, p.Status)
-	}).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
-}
-
-// startWebServer runs busybox httpd in a pod labelled app=NAME and returns
-// the pod's IP once it runs.
-func startWebServer(cs *kubernetes.Clientset, name string) string {
-	GinkgoHelper()
-	ctx := context.Background()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": name}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "web", Image: suite.testImage, ImagePullPolicy: corev1.PullNever,
-			Command: []string{"sh", "-c", "mkdir -p /www && echo meshctl-e2e-web > /www/index.html && exec httpd -f -p 8080 -h /www"},
-		}}},
-	}
-	_, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	var ip string
-	Eventually(func(g Gomega) {
-		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
-		g.Expect(p.Status.PodIP).NotTo(BeEmpty())
-		ip = p.Status.PodIP
-	}).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
-	return ip
-}
-
-func podLogs(cs *kubernetes.Clientset, name string) string {
-	out, err := cs.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(context.Background())
-	if err != nil {
-		return "(logs: " + err.Error() + ")"
-	}
-	return string(out)
 }
 
 func dockerStdin(stdin string, args ...string) (string, error) {

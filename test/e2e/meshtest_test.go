@@ -14,33 +14,25 @@ import (
 	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
-// mtEnv is the meshtest environment while its specs run: ReportFailures
-// saves artifacts of a failed spec from it, and does nothing for the other
-// specs of this suite (nil).
-var mtEnv *meshtest.Env
-
-var _ = meshtest.ReportFailures(&mtEnv)
-
 var _ = Describe("the meshtest framework", Ordered, func() {
 	// Its own environment: "<MESHCTL_E2E_ENV>-mt", so it never meets the
 	// clusters of the lifecycle specs.
-	name := envOr("MESHCTL_E2E_ENV", "e2e") + "-mt"
+	name := env + "-mt"
 	var mesh *meshtest.Env
 	var echo meshtest.Echoes
 	var ns string
 
 	BeforeAll(func(ctx SpecContext) {
-		port, err := strconv.Atoi(envOr("MESHCTL_E2E_REGISTRY_PORT", "5001"))
+		port, err := strconv.Atoi(registryPort)
 		Expect(err).NotTo(HaveOccurred(), "MESHCTL_E2E_REGISTRY_PORT")
 		mesh = meshtest.Setup(ctx,
 			meshtest.WithEnv(name), meshtest.WithClusters(2),
 			meshtest.WithImage(suite.image), meshtest.WithEchoImage(suite.testImage),
 			meshtest.WithArtifacts(suite.artifacts),
 			meshtest.WithRegistry(cluster.Registry{Enabled: true, Name: "meshctl-" + name + "-registry", Port: port, Image: suite.registryImage}),
-			meshtest.WithKeep(os.Getenv("MESHCTL_E2E_KEEP") != ""),
+			meshtest.WithKeep(keep()),
 		)
-		mtEnv = mesh
-		DeferCleanup(func() { mtEnv = nil }) // runs before Setup's teardown
+		setCurrent(mesh) // cleared before Setup's teardown runs
 		// In BeforeAll, the namespace lives until the last spec here.
 		ns = mesh.CreateNamespace(ctx, "echo-", nil)
 		echo = mesh.DeployEcho(ctx, ns, "echo")
