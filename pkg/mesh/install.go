@@ -128,15 +128,7 @@ func (b *Builder) prepareInstall(plan *cluster.Plan, gateways []gateway.ClusterR
 	if err != nil {
 		return nil, err
 	}
-	iopts := append([]image.Option{}, b.o.imageOpts...)
-	if b.o.pushRegistry != "" {
-		iopts = append(iopts, image.WithRegistry(b.o.pushRegistry))
-	}
-	img, err := image.New(iopts...)
-	if err != nil {
-		return nil, err
-	}
-	id, err := img.ID()
+	img, id, err := b.dataplaneImage()
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +156,22 @@ func (b *Builder) prepareInstall(plan *cluster.Plan, gateways []gateway.ClusterR
 		return nil, err
 	}
 	return prep, nil
+}
+
+// dataplaneImage builds the image once per Builder: Up validates the install
+// before creating clusters and installs after, and the image (the whole
+// meshctl binary read, layered and hashed) depends only on the options.
+func (b *Builder) dataplaneImage() (*image.Image, string, error) {
+	b.imgOnce.Do(func() {
+		iopts := append([]image.Option{}, b.o.imageOpts...)
+		if b.o.pushRegistry != "" {
+			iopts = append(iopts, image.WithRegistry(b.o.pushRegistry))
+		}
+		if b.img, b.imgErr = image.New(iopts...); b.imgErr == nil {
+			b.imgID, b.imgErr = b.img.ID()
+		}
+	})
+	return b.img, b.imgID, b.imgErr
 }
 
 // userImage says whether the user's values name the image themselves.

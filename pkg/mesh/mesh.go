@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"sigs.k8s.io/kind/pkg/log"
@@ -76,6 +77,11 @@ func (e *StepError) Unwrap() error { return e.Err }
 type Builder struct {
 	p Provider
 	o options
+
+	imgOnce sync.Once // dataplaneImage
+	img     *image.Image
+	imgID   string
+	imgErr  error
 }
 
 type options struct {
