@@ -50,7 +50,9 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 		if len(recs) == 0 {
 			return nil, fmt.Errorf("listing kind clusters: %w", err)
 		}
-		p.logger.Warnf("cannot list kind clusters (%v): showing existing clusters only", err)
+		p.noKindWarning.Do(func() {
+			p.logger.Warnf("cannot list kind clusters (%v): showing existing clusters only", err)
+		})
 		names = nil
 	}
 	out := make([]Existing, len(names))

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
@@ -44,6 +45,9 @@ type Provider struct {
 	logger    log.Logger
 	artifacts string
 	now       func() time.Time
+	// noKindWarning: a run on existing clusters alone without Docker
+	// lists clusters at every step; saying why once is enough.
+	noKindWarning sync.Once
 }
 
 // ProviderOption configures a Provider.

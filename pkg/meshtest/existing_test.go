@@ -3,14 +3,19 @@ package meshtest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
@@ -23,8 +28,16 @@ func TestIntegrationExistingClusters(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var topo []map[string]any
-	for _, name := range []string{"east", "west"} {
-		cfg := testenv.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for k, name := range []string{"east", "west"} {
+		// The token controller: remote secrets wait for their reader's token.
+		cfg := testenv.NewWithControllers(t, "serviceaccount-token-controller")
+		// Two networks: each cluster gets an east-west gateway Service.
+		// An existing cluster brings its own load balancer (meshctl puts
+		// MetalLB only on kind clusters); here a loop stands in for a
+		// cloud's controller and gives the Service a documentation address.
+		go fakeLoadBalancer(ctx, t, kubernetes.NewForConfigOrDie(cfg), fmt.Sprintf("192.0.2.%d", 10+k))
 		kc := clientcmdapi.NewConfig()
 		kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 		kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
@@ -41,7 +54,6 @@ func TestIntegrationExistingClusters(t *testing.T) {
 	if err := os.WriteFile(topoFile, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	t.Setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock") // proves Docker is not needed
 	env, err := New(ctx, WithTopology(topoFile), WithEnv("mx"), WithArtifacts(filepath.Join(dir, "artifacts")))
 	if err != nil {
@@ -62,6 +74,10 @@ func TestIntegrationExistingClusters(t *testing.T) {
 		if len(sec.Data["root-cert.pem"]) == 0 {
 			t.Errorf("%s: cacerts has no root-cert.pem", c.Name)
 		}
+		gw, err := c.Kube.CoreV1().Services(gateway.GatewayNamespace).Get(ctx, gateway.GatewayName, metav1.GetOptions{})
+		if err != nil || len(gw.Status.LoadBalancer.Ingress) == 0 {
+			t.Errorf("%s: east-west gateway Service without its address: %v", c.Name, err)
+		}
 	}
 	if err := env.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -69,5 +85,27 @@ func TestIntegrationExistingClusters(t *testing.T) {
 	// Close never deletes an existing cluster: its API server still answers.
 	if _, err := env.Cluster("east").Kube.Discovery().ServerVersion(); err != nil {
 		t.Errorf("east after Close: %v", err)
+	}
+}
+
+// fakeLoadBalancer gives the east-west gateway Service addr once it exists,
+// as a cloud's load-balancer controller would.
+func fakeLoadBalancer(ctx context.Context, t *testing.T, cs kubernetes.Interface, addr string) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		svc, err := cs.CoreV1().Services(gateway.GatewayNamespace).Get(ctx, gateway.GatewayName, metav1.GetOptions{})
+		if err != nil || len(svc.Status.LoadBalancer.Ingress) > 0 {
+			continue
+		}
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addr}}
+		if _, err := cs.CoreV1().Services(gateway.GatewayNamespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+			t.Logf("load-balancer stand-in: %v", err)
+		}
 	}
 }

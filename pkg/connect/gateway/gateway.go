@@ -231,16 +231,21 @@ func multiNetwork(plans []cluster.ClusterPlan) bool {
 // targets validates everything before anything is changed: the pools fit
 // the docker network and every kubeconfig reads.
 func (i *Installer) targets(ctx context.Context, env string, plans []cluster.ClusterPlan) ([]target, error) {
-	subnets := i.subnets
-	if subnets == nil {
+	// Only kind clusters get MetalLB pools carved from the docker network:
+	// an environment of existing clusters alone needs no Docker at all.
+	var pools [][]netip.Prefix
+	if anyKind(plans) {
+		subnets := i.subnets
+		if subnets == nil {
+			var err error
+			if subnets, err = dockerSubnets(ctx, i.docker, i.network); err != nil {
+				return nil, err
+			}
+		}
 		var err error
-		if subnets, err = dockerSubnets(ctx, i.docker, i.network); err != nil {
+		if pools, err = carvePools(i.network, subnets, len(plans), i.poolSize); err != nil {
 			return nil, err
 		}
-	}
-	pools, err := carvePools(i.network, subnets, len(plans), i.poolSize)
-	if err != nil {
-		return nil, err
 	}
 	var out []target
 	for k, p := range plans {
@@ -264,6 +269,15 @@ func (i *Installer) targets(ctx context.Context, env string, plans []cluster.Clu
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+func anyKind(plans []cluster.ClusterPlan) bool {
+	for _, p := range plans {
+		if !p.Existing {
+			return true
+		}
+	}
+	return false
 }
 
 // familyPools keeps the pools of the cluster's IP families: MetalLB gives a
