@@ -37,7 +37,7 @@ func TestDownstreamBodyBulkThenEnd(t *testing.T) {
 			}
 		}()
 		c := prometheus.NewCounter(prometheus.CounterOpts{Name: "sent"})
-		b := &downstreamBody{conn: server, rc: rawConn(server), done: make(chan struct{}), counter: c}
+		b := &downstreamBody{conn: server, r: newSockReader(rawConn(server)), done: make(chan struct{}), counter: c}
 		var got bytes.Buffer
 		p := make([]byte, 16<<10) // the transport's scratch buffer
 		var rerr error

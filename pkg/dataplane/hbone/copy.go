@@ -26,43 +26,58 @@ const (
 
 var bigBufs = sync.Pool{New: func() any { b := make([]byte, bigBufSize); return &b }}
 
-// readPooled reads from a socket into a pooled buffer that is taken only once
+// sockReader reads a socket into a pooled buffer that is taken only once
 // the socket is readable: a connection waiting for data, idle, holds none,
-// and one with data queued gets it in a single large read. The caller owns
-// the returned buffer (nil with an error) and puts it back into bigBufs.
-func readPooled(rc syscall.RawConn) (*[]byte, int, error) {
-	return readPooledNotify(rc, nil)
+// and one with data queued gets it in a single large read. Its callback for
+// RawConn.Read is made once, in newSockReader: a closure made per read
+// would allocate its captured state on every read, several objects per
+// round trip on the latency path. One goroutine reads at a time.
+type sockReader struct {
+	rc syscall.RawConn
+	// onBlock, if set, is called each time the socket has nothing to read
+	// and the read is about to wait.
+	onBlock func()
+	try     func(fd uintptr) bool
+	buf     *[]byte
+	n       int
+	rerr    error
 }
 
-// readPooledNotify is readPooled that calls onBlock each time the socket
-// has nothing to read and the call is about to wait.
-func readPooledNotify(rc syscall.RawConn, onBlock func()) (*[]byte, int, error) {
-	var (
-		buf  *[]byte
-		n    int
-		rerr error
-	)
-	err := rc.Read(func(fd uintptr) bool {
-		buf = bigBufs.Get().(*[]byte)
-		for {
-			n, rerr = syscall.Read(int(fd), *buf)
-			if rerr != syscall.EINTR {
-				break
-			}
+func newSockReader(rc syscall.RawConn) *sockReader {
+	r := &sockReader{rc: rc}
+	r.try = r.tryRead
+	return r
+}
+
+func (r *sockReader) tryRead(fd uintptr) bool {
+	r.buf = bigBufs.Get().(*[]byte)
+	for {
+		r.n, r.rerr = syscall.Read(int(fd), *r.buf)
+		if r.rerr != syscall.EINTR {
+			break
 		}
-		if rerr == syscall.EAGAIN {
-			bigBufs.Put(buf)
-			buf = nil
-			if onBlock != nil {
-				onBlock()
-			}
-			return false // wait until readable, holding nothing
+	}
+	if r.rerr == syscall.EAGAIN {
+		bigBufs.Put(r.buf)
+		r.buf = nil
+		if r.onBlock != nil {
+			r.onBlock()
 		}
-		return true
-	})
+		return false // wait until readable, holding nothing
+	}
+	return true
+}
+
+// read returns a pooled buffer holding n bytes (nil with an error); the
+// caller owns it and puts it back into bigBufs.
+func (r *sockReader) read() (*[]byte, int, error) {
+	r.buf, r.n, r.rerr = nil, 0, nil
+	err := r.rc.Read(r.try)
+	buf, n := r.buf, r.n
+	r.buf = nil
 	switch {
-	case err == nil && rerr != nil:
-		err = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", rerr)}
+	case err == nil && r.rerr != nil:
+		err = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", r.rerr)}
 	case err == nil && n == 0:
 		err = io.EOF
 	}
@@ -75,7 +90,7 @@ func readPooledNotify(rc syscall.RawConn, onBlock func()) (*[]byte, int, error) 
 	return buf, n, nil
 }
 
-// rawConn returns c's raw socket when it has one (TCP), for readPooled.
+// rawConn returns c's raw socket when it has one (TCP), for a sockReader.
 func rawConn(c any) syscall.RawConn {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
@@ -134,8 +149,9 @@ func splice(dst io.Writer, src io.Reader, flush func(), counter prometheus.Count
 
 // spliceSocket is splice from a socket: no buffer at all while idle.
 func spliceSocket(dst io.Writer, src syscall.RawConn, flush func(), counter prometheus.Counter) (readErr error, writeFailed bool) {
+	r := newSockReader(src)
 	for {
-		buf, n, err := readPooled(src)
+		buf, n, err := r.read()
 		if err != nil {
 			return err, false
 		}
@@ -186,7 +202,7 @@ func isConnReset(err error) bool {
 // and EndBatch (one h2tun flush, up to 64 KiB of frames) it collects the TLS
 // records in a pooled buffer and writes them with one syscall, where TLS
 // alone would make one per 16 KiB record. Reads likewise take up to 64 KiB
-// per syscall (readPooled) where TLS asks for about one record at a time.
+// per syscall (sockReader) where TLS asks for about one record at a time.
 // Outside a batch and while idle it holds no buffer.
 type batchConn struct {
 	net.Conn
@@ -194,7 +210,7 @@ type batchConn struct {
 	batching bool
 	buf      *[]byte
 
-	rc      syscall.RawConn // nil: reads pass through
+	r       *sockReader // nil: reads pass through
 	rbuf    *[]byte
 	pending []byte
 	onBlock func()
@@ -202,26 +218,33 @@ type batchConn struct {
 
 // OnReadBlock sets what Read calls before it waits for the socket; set
 // before the connection is read from concurrently.
-func (b *batchConn) OnReadBlock(f func()) { b.onBlock = f }
+func (b *batchConn) OnReadBlock(f func()) {
+	b.onBlock = f
+	if b.r != nil {
+		b.r.onBlock = f
+	}
+}
 
 func newBatchConn(c net.Conn) *batchConn {
 	b := &batchConn{Conn: c}
 	if _, ok := c.(*net.TCPConn); ok {
-		b.rc = rawConn(c)
+		if rc := rawConn(c); rc != nil {
+			b.r = newSockReader(rc)
+		}
 	}
 	return b
 }
 
 // Read is called by the TLS connection only (which serialises its reads).
 func (b *batchConn) Read(p []byte) (int, error) {
-	if b.rc == nil {
+	if b.r == nil {
 		if b.onBlock != nil {
 			b.onBlock() // no way to tell whether it would block: assume so
 		}
 		return b.Conn.Read(p)
 	}
 	if len(b.pending) == 0 {
-		buf, n, err := readPooledNotify(b.rc, b.onBlock)
+		buf, n, err := b.r.read()
 		if err != nil {
 			return 0, err
 		}

@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"net/url"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -319,7 +318,10 @@ func (d *Dialer) Proxy(ctx context.Context, t Target, downstream net.Conn) error
 	}
 	// The transport reads the request body straight from downstream, so no
 	// extra goroutine and buffer per tunnel are needed for that direction.
-	body := &downstreamBody{conn: downstream, rc: rawConn(downstream), done: make(chan struct{}), counter: d.cfg.metrics.sent.WithLabelValues("outbound")}
+	body := &downstreamBody{conn: downstream, done: make(chan struct{}), counter: d.cfg.metrics.sent.WithLabelValues("outbound")}
+	if rc := rawConn(downstream); rc != nil {
+		body.r = newSockReader(rc)
+	}
 	resp, cancel, err := d.roundTrip(ctx, t, body)
 	if err != nil {
 		return err
@@ -358,10 +360,10 @@ type downstreamBody struct {
 	once    sync.Once
 	done    chan struct{}
 	counter interface{ Add(float64) }
-	// A TCP downstream is read with readPooled: up to 64 KiB per syscall,
+	// A TCP downstream is read with a sockReader: up to 64 KiB per syscall,
 	// handed to the transport a DATA frame at a time (frames are 16 KiB: see
 	// defaultMaxReadFrameSize), and no buffer held while the tunnel is idle.
-	rc      syscall.RawConn
+	r       *sockReader
 	big     *[]byte
 	pending []byte
 	err     error // the socket's error, returned once pending is drained
@@ -372,7 +374,7 @@ func (b *downstreamBody) Read(p []byte) (int, error) {
 	if len(p) > maxRecordData {
 		p = p[:maxRecordData]
 	}
-	if b.rc == nil {
+	if b.r == nil {
 		// A non-EOF error (a downstream RST) is passed on as is: the
 		// transport answers it with RST_STREAM, which is what a downstream
 		// abort becomes.
@@ -384,7 +386,7 @@ func (b *downstreamBody) Read(p []byte) (int, error) {
 	}
 	if len(b.pending) == 0 && b.err == nil {
 		var n int
-		b.big, n, b.err = readPooled(b.rc)
+		b.big, n, b.err = b.r.read()
 		if b.big != nil {
 			b.pending = (*b.big)[:n]
 			b.counter.Add(float64(n))
