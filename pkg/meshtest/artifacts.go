@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -227,7 +228,8 @@ func joinErrors(errs []error) error {
 // delete its namespaces) — on whichever parallel process ran it; the spec's
 // report names the directory. After the suite, process 1 writes
 // <artifacts>/<env>/failures/summary.txt: each failed spec, its failure and
-// its artifacts. JUnit XML is Ginkgo's own: -ginkgo.junit-report=report.xml.
+// its artifacts — for every environment a failed spec's artifacts went to,
+// so also for suites whose containers each make and drop their own. JUnit XML is Ginkgo's own: -ginkgo.junit-report=report.xml.
 func ReportFailures(env **Env) bool {
 	ginkgo.BeforeEach(func() {
 		ginkgo.DeferOnFailure(func(ctx ginkgo.SpecContext) {
@@ -239,25 +241,55 @@ func ReportFailures(env **Env) bool {
 			if err := e.CollectArtifacts(ctx, dir); err != nil {
 				ginkgo.GinkgoWriter.Printf("%v\n", err)
 			}
-			ginkgo.AddReportEntry("meshtest artifacts", dir)
+			ginkgo.AddReportEntry(artifactsEntry, dir)
 		}, ginkgo.NodeTimeout(2*time.Minute))
 	})
 	ginkgo.ReportAfterSuite("meshtest failure summary", func(r ginkgo.Report) {
-		e := *env
-		if e == nil || r.SuiteSucceeded {
+		if r.SuiteSucceeded {
 			return
 		}
-		path := filepath.Join(e.Artifacts(), e.Name(), "failures", "summary.txt")
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			ginkgo.GinkgoWriter.Printf("meshtest: %v\n", err)
-			return
-		}
-		if err := writeText(path, func(w io.Writer) { printSummary(w, r) }); err != nil {
-			ginkgo.GinkgoWriter.Printf("meshtest: %v\n", err)
+		for _, dir := range summaryDirs(r, *env) {
+			path := filepath.Join(dir, "summary.txt")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				ginkgo.GinkgoWriter.Printf("meshtest: %v\n", err)
+				continue
+			}
+			if err := writeText(path, func(w io.Writer) { printSummary(w, r) }); err != nil {
+				ginkgo.GinkgoWriter.Printf("meshtest: %v\n", err)
+			}
 		}
 	})
 	return true
 }
+
+// summaryDirs are the failures directories the summary goes to: each one a
+// failed spec's artifacts went into (a suite whose containers each make
+// their own environment has already let go of it by now, and in parallel
+// runs the spec ran on another process), and the environment's own if it
+// still exists.
+func summaryDirs(r ginkgo.Report, e *Env) []string {
+	var dirs []string
+	add := func(d string) {
+		if !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	if e != nil {
+		add(filepath.Join(e.Artifacts(), e.Name(), "failures"))
+	}
+	for _, s := range r.SpecReports {
+		for _, entry := range s.ReportEntries {
+			if entry.Name == artifactsEntry {
+				add(filepath.Dir(entry.StringRepresentation()))
+			}
+		}
+	}
+	return dirs
+}
+
+// artifactsEntry names the report entry that holds a failed spec's
+// artifacts directory.
+const artifactsEntry = "meshtest artifacts"
 
 func printSummary(w io.Writer, r ginkgo.Report) {
 	fmt.Fprintf(w, "Suite %q failed: %s\n", r.SuiteDescription, strings.Join(r.SpecialSuiteFailureReasons, "; "))
@@ -267,7 +299,7 @@ func printSummary(w io.Writer, r ginkgo.Report) {
 		}
 		fmt.Fprintf(w, "\n%s: %s\n  %s\n  at %s\n", s.State, s.FullText(), strings.ReplaceAll(strings.TrimSpace(s.Failure.Message), "\n", "\n  "), s.Failure.Location)
 		for _, entry := range s.ReportEntries {
-			if entry.Name == "meshtest artifacts" {
+			if entry.Name == artifactsEntry {
 				fmt.Fprintf(w, "  artifacts: %s\n", entry.StringRepresentation())
 			}
 		}
