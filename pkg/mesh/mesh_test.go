@@ -3,13 +3,12 @@ package mesh
 import (
 	"context"
 	"errors"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/meshctl/meshctl/internal/testbin"
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/install/image"
 	"github.com/meshctl/meshctl/pkg/install/values"
@@ -56,20 +55,7 @@ func (f *fakeProvider) Exec(context.Context, string, string, []byte, ...string) 
 
 // staticBinary builds a tiny static program for the dataplane image.
 func staticBinary(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	src := filepath.Join(dir, "main.go")
-	if err := os.WriteFile(src, []byte("package main\n\nfunc main() {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "meshctl")
-	cmd := exec.Command("go", "build", "-o", out, src)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOFLAGS=")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building a static binary: %v\n%s", err, b)
-	}
-	return out
+	return testbin.Static(t, "meshctl", "package main\n\nfunc main() {}\n")
 }
 
 func plan(t *testing.T, existing ...int) *cluster.Plan {

@@ -22,18 +22,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/meshctl/meshctl/internal/testbin"
 )
 
 // staticBinary builds a tiny static Linux program that prints its argv[0]
 // and arguments: real input for New, runnable in the image.
 func staticBinary(t *testing.T) string {
-	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("builds a Linux binary and reads it as the image's")
-	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, "main.go")
-	if err := os.WriteFile(src, []byte(`package main
+	return testbin.Static(t, "meshctl", `package main
 
 import (
 	"fmt"
@@ -42,17 +37,7 @@ import (
 )
 
 func main() { fmt.Println("hello from", filepath.Base(os.Args[0]), os.Args[1:]) }
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "meshctl")
-	cmd := exec.Command("go", "build", "-o", out, src)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOFLAGS=")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building a static test binary: %v\n%s", err, b)
-	}
-	return out
+`)
 }
 
 func TestImageContent(t *testing.T) {
