@@ -34,6 +34,9 @@ type Stream struct {
 	// writes DATA straight to it, without waking the Read's goroutine.
 	sink         syscall.RawConn
 	sinkWrote    func(n int)
+	sinkTry      func(fd uintptr) bool
+	sinkData     []byte
+	sinkN        int
 	wakeDeferred bool
 	respSent     bool  // server: response HEADERS written
 	rerr         error // errEOF, a *StreamError, ErrRefused or the connection's error
@@ -141,23 +144,32 @@ func (s *Stream) SetSink(sock syscall.RawConn, wrote func(n int)) {
 // returns how much it took (0 on EAGAIN or any error: the Read's caller
 // then gets the data and meets the error itself).
 func (s *Stream) writeSinkLocked(p []byte) int {
-	k := 0
-	_ = s.sink.Write(func(fd uintptr) bool {
-		for {
-			n, err := syscall.Write(int(fd), p)
-			if err == syscall.EINTR {
-				continue
-			}
-			if n > 0 {
-				k = n
-			}
-			return true // never wait for writability: the reader must not block
-		}
-	})
+	// The callback is made once per stream and its arguments passed in
+	// fields: a closure made per write would allocate on every DATA frame.
+	if s.sinkTry == nil {
+		s.sinkTry = s.trySinkLocked
+	}
+	s.sinkData, s.sinkN = p, 0
+	_ = s.sink.Write(s.sinkTry)
+	k := s.sinkN
+	s.sinkData = nil
 	if k > 0 && s.sinkWrote != nil {
 		s.sinkWrote(k)
 	}
 	return k
+}
+
+func (s *Stream) trySinkLocked(fd uintptr) bool {
+	for {
+		n, err := syscall.Write(int(fd), s.sinkData)
+		if err == syscall.EINTR {
+			continue
+		}
+		if n > 0 {
+			s.sinkN = n
+		}
+		return true // never wait for writability: the reader must not block
+	}
 }
 
 // Read reads what the peer sent; io.EOF after its END_STREAM, a
