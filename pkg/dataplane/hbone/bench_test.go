@@ -78,7 +78,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &benchEnv{ca: c, addrs: map[string]map[string]netip.AddrPort{"tcp": {}, "tls": {}, "tlsproxy": {}, "hbone": {}, "hbonexnet": {}}}
+	e := &benchEnv{ca: c, addrs: map[string]map[string]netip.AddrPort{"tcp": {}, "tls": {}, "tlsproxy": {}, "hbone": {}, "hbonexnet": {}, "hbonenoinline": {}}}
 	srvCert, cliCert := issue(b, c, serverID), issue(b, c, clientID)
 	roots := c.RootPool()
 	serve := map[string]func(net.Listener){"sink": func(ln net.Listener) { sink(b, ln) }, "echo": echoOn}
@@ -112,16 +112,17 @@ func newBenchEnv(b *testing.B) *benchEnv {
 
 	// HBONE twice: h2tun (the default) and x/net's Transport/Server
 	// (withXNetH2), so one run compares the two.
-	for kind, xnet := range map[string]bool{"hbone": false, "hbonexnet": true} {
+	// A third, h2tun without inline delivery (withNoInline), for its A/B.
+	for kind, opt := range map[string]Option{"hbone": withXNetH2(false), "hbonexnet": withXNetH2(true), "hbonenoinline": withNoInline(true)} {
 		hln := listen(b, "127.0.0.1:0")
 		startServer(b, hln,
 			WithRoots(func() *x509.CertPool { return roots }),
 			WithServerCertificates(func(context.Context, netip.Addr) (*tls.Certificate, error) { return srvCert, nil }),
-			WithAllowLoopback(true), withXNetH2(xnet))
+			WithAllowLoopback(true), opt)
 		dialer, err := NewDialer(
 			WithRoots(func() *x509.CertPool { return roots }),
 			WithClientCertificates(func(context.Context, identity.Identity) (*tls.Certificate, error) { return cliCert, nil }),
-			withXNetH2(xnet))
+			opt)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -168,6 +169,7 @@ func (e *benchEnv) transports() []transport {
 		}},
 		{"TLS13Proxied", dialTCP("tlsproxy")},
 		{"HBONE", dialTCP("hbone")},
+		{"HBONENoInline", dialTCP("hbonenoinline")},
 		{"HBONEXNet", dialTCP("hbonexnet")},
 	}
 }

@@ -169,6 +169,23 @@ func spliceSocket(dst io.Writer, src syscall.RawConn, flush func(), counter prom
 	}
 }
 
+// setSink lets st's connection reader write arriving data straight to dst
+// (h2tun.Stream.SetSink) when dst is a plain TCP socket: anything else —
+// TLS, a wrapper — must see every write, so it keeps the splice path.
+func setSink(st interface {
+	SetSink(syscall.RawConn, func(int))
+}, dst net.Conn, counter prometheus.Counter) {
+	tc, ok := dst.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	rc := rawConn(tc)
+	if rc == nil {
+		return
+	}
+	st.SetSink(rc, func(n int) { counter.Add(float64(n)) })
+}
+
 // closeWrite half-closes a connection so the peer reads EOF while the other
 // direction keeps flowing; this is how a FIN crosses the tunnel.
 func closeWrite(c net.Conn) {

@@ -164,7 +164,11 @@ func (d *Dialer) proxyTunnel(ctx context.Context, t Target, downstream net.Conn)
 			st.Reset(http2.ErrCodeCancel)
 		}
 	}()
-	rerr, writeFailed := splice(downstream, st, nil, d.cfg.metrics.received.WithLabelValues("outbound"))
+	received := d.cfg.metrics.received.WithLabelValues("outbound")
+	if !d.cfg.noInline {
+		setSink(st, downstream, received)
+	}
+	rerr, writeFailed := splice(downstream, st, nil, received)
 	switch {
 	case writeFailed: // downstream is gone; abort the stream
 		st.Reset(http2.ErrCodeCancel)

@@ -66,10 +66,16 @@ type config struct {
 	// and Server, instead of internal/h2tun; kept, unexported, so the
 	// benchmarks can compare the two in one run.
 	xnetH2 bool
+	// noInline turns off h2tun's inline delivery (Stream.SetSink): kept,
+	// unexported, so the benchmarks can show both in one run.
+	noInline bool
 }
 
 // withXNetH2 switches both halves to x/net's HTTP/2 Transport and Server.
 func withXNetH2(on bool) Option { return func(c *config) { c.xnetH2 = on } }
+
+// withNoInline makes h2tun streams hand all data to their splice goroutine.
+func withNoInline(on bool) Option { return func(c *config) { c.noInline = on } }
 
 func newConfig(opts []Option) config {
 	c := config{

@@ -59,10 +59,14 @@ func (s *Server) serveTunnel(ctx context.Context, info *connInfo, st *h2tun.Stre
 	defer s.cfg.metrics.closed.WithLabelValues("inbound").Inc()
 
 	// Client → destination: END_STREAM becomes a FIN, a reset an RST.
+	received := s.cfg.metrics.received.WithLabelValues("inbound")
+	if !s.cfg.noInline {
+		setSink(st, up, received)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		err, _ := splice(up, st, nil, s.cfg.metrics.received.WithLabelValues("inbound"))
+		err, _ := splice(up, st, nil, received)
 		if errors.Is(err, io.EOF) {
 			closeWrite(up)
 			return

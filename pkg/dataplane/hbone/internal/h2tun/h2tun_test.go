@@ -2,10 +2,12 @@ package h2tun
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -302,4 +304,121 @@ func TestResetPropagatesBothWays(t *testing.T) {
 		t.Fatalf("server read ended with %v, want a CANCEL reset", err)
 	}
 	st.Close()
+}
+
+// tcpPair returns both ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	return a.(*net.TCPConn), b.(*net.TCPConn)
+}
+
+func TestSinkKeepsOrderFlowControlAndEnd(t *testing.T) {
+	t.Parallel()
+	// The handler splices the stream to a real socket whose reader is slow
+	// at first, so the connection's reader both writes inline and falls
+	// back to the buffer (EAGAIN); the bytes must arrive complete, in
+	// order, then EOF, across more than the stream and connection windows.
+	dst, far := tcpPair(t)
+	// Small, but not so small that loopback's 64 KiB segments stall TCP.
+	_ = dst.SetWriteBuffer(64 << 10)
+	var inlined, viaRead atomic.Int64
+	cs, _, _ := serveTCP(t, Config{}, func(s *Stream, _ *Request) {
+		defer s.Close()
+		rc, err := dst.SyscallConn()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		s.SetSink(rc, func(n int) { inlined.Add(int64(n)) })
+		_ = s.WriteHeader(200, false)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := s.Read(buf)
+			viaRead.Add(int64(n))
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				t.Error(werr)
+				return
+			}
+			if err != nil {
+				if err != io.EOF {
+					t.Error(err)
+				}
+				_ = dst.CloseWrite()
+				return
+			}
+		}
+	})
+	cc, err := NewClient(cs, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if !cc.Reserve() {
+		t.Fatal("no stream slot on a new connection")
+	}
+	st, status, err := cc.Connect(t.Context(), "10.0.0.1:80", nil)
+	if err != nil || status != 200 {
+		t.Fatalf("connect: %d, %v", status, err)
+	}
+	defer st.Close()
+
+	payload := make([]byte, 20<<20) // over the 16 MiB connection window
+	for i := 0; i+4 <= len(payload); i += 4 {
+		binary.BigEndian.PutUint32(payload[i:], uint32(i))
+	}
+	go func() {
+		// Small writes first (a request/response pattern), then big ones.
+		p := payload
+		for size := 100; len(p) > 0; size = min(size*2, 256<<10) {
+			n := min(size, len(p))
+			if _, err := st.Write(p[:n]); err != nil {
+				t.Error(err)
+				return
+			}
+			p = p[n:]
+		}
+		_ = st.CloseWrite()
+	}()
+	var got bytes.Buffer
+	buf := make([]byte, 8<<10)
+	for reads := 0; ; reads++ {
+		if reads < 200 && reads%10 == 0 {
+			time.Sleep(2 * time.Millisecond) // let the socket fill: EAGAIN
+		}
+		n, err := far.Read(buf)
+		got.Write(buf[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got.Bytes(), payload) {
+		i := 0
+		for i < min(got.Len(), len(payload)) && got.Bytes()[i] == payload[i] {
+			i++
+		}
+		t.Fatalf("destination got %d bytes, want %d; first difference at %d", got.Len(), len(payload), i)
+	}
+	if inlined.Load() == 0 || viaRead.Load() == 0 {
+		t.Fatalf("inline %d bytes, through Read %d: want both paths used", inlined.Load(), viaRead.Load())
+	}
+	if inlined.Load()+viaRead.Load() != int64(len(payload)) {
+		t.Fatalf("inline %d + Read %d != %d sent", inlined.Load(), viaRead.Load(), len(payload))
+	}
 }

@@ -294,6 +294,17 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	if pad := n - uint32(len(data)); pad > 0 {
 		s.consumedLocked(pad)
 	}
+	// A Read waiting with nothing handed over yet means its caller has
+	// written everything earlier to the sink: writing this data there now
+	// keeps the order.
+	inlined := false
+	if s.sink != nil && s.rdst != nil && s.rn == 0 && s.rbuf.n == 0 && len(data) > 0 {
+		if k := s.writeSinkLocked(data); k > 0 {
+			s.consumedLocked(uint32(k))
+			data = data[k:]
+			inlined = len(data) == 0
+		}
+	}
 	if s.rdst != nil && s.rbuf.n == 0 {
 		k := copy(s.rdst[s.rn:], data)
 		s.rn += k
@@ -314,6 +325,8 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	// frames and gets them all, not once per 16 KiB frame; sooner when
 	// its buffer is full or the stream ended.
 	switch {
+	case inlined && !f.StreamEnded():
+		// Nothing for the Read: leave it asleep.
 	case !c.deferWakes || f.StreamEnded() || s.rdst == nil || s.rn == len(s.rdst):
 		s.wakeLocked()
 	case !s.wakeDeferred:

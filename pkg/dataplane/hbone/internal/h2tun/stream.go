@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"syscall"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -26,8 +27,16 @@ type Stream struct {
 	// rdst is the buffer of a Read waiting for data and rn what the reader
 	// goroutine copied into it: data goes straight from the frame to the
 	// caller, not through rbuf, when the caller keeps up.
-	rdst         []byte
-	rn           int
+	rdst []byte
+	rn   int
+	// sink is the socket the stream's Read data is copied to (SetSink):
+	// while that Read waits with nothing buffered, the connection's reader
+	// writes DATA straight to it, without waking the Read's goroutine.
+	sink         syscall.RawConn
+	sinkWrote    func(n int)
+	sinkTry      func(fd uintptr) bool
+	sinkData     []byte
+	sinkN        int
 	wakeDeferred bool
 	respSent     bool  // server: response HEADERS written
 	rerr         error // errEOF, a *StreamError, ErrRefused or the connection's error
@@ -114,6 +123,53 @@ func (c *Conn) resetLocked(s *Stream, code http2.ErrCode) {
 	c.connAckLocked(uint32(s.rbuf.n))
 	s.rbuf.reset()
 	s.finishLocked()
+}
+
+// SetSink declares that everything Read returns is written to sock, by a
+// goroutine that calls Read again only once that write is done. While such
+// a Read waits with nothing buffered, the connection's reader then tries one
+// non-blocking write of arriving DATA to sock itself and counts it as
+// consumed (wrote is called with the bytes written, under the connection's
+// lock: keep it cheap). This saves a goroutine wakeup per burst of data — the
+// main cost of a small request/response through a tunnel. Whatever the
+// socket does not take at once is buffered for Read as usual, so order is
+// kept and the reader never waits for a slow sock. Call before Read.
+func (s *Stream) SetSink(sock syscall.RawConn, wrote func(n int)) {
+	s.c.mu.Lock()
+	s.sink, s.sinkWrote = sock, wrote
+	s.c.mu.Unlock()
+}
+
+// writeSinkLocked writes p to the sink with one non-blocking attempt and
+// returns how much it took (0 on EAGAIN or any error: the Read's caller
+// then gets the data and meets the error itself).
+func (s *Stream) writeSinkLocked(p []byte) int {
+	// The callback is made once per stream and its arguments passed in
+	// fields: a closure made per write would allocate on every DATA frame.
+	if s.sinkTry == nil {
+		s.sinkTry = s.trySinkLocked
+	}
+	s.sinkData, s.sinkN = p, 0
+	_ = s.sink.Write(s.sinkTry)
+	k := s.sinkN
+	s.sinkData = nil
+	if k > 0 && s.sinkWrote != nil {
+		s.sinkWrote(k)
+	}
+	return k
+}
+
+func (s *Stream) trySinkLocked(fd uintptr) bool {
+	for {
+		n, err := syscall.Write(int(fd), s.sinkData)
+		if err == syscall.EINTR {
+			continue
+		}
+		if n > 0 {
+			s.sinkN = n
+		}
+		return true // never wait for writability: the reader must not block
+	}
 }
 
 // Read reads what the peer sent; io.EOF after its END_STREAM, a
