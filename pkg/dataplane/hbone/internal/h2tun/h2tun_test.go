@@ -51,19 +51,7 @@ func serve(t *testing.T, cfg Config, h func(*Stream, *Request)) (net.Conn, *coun
 // deadlock both prefaces, each end writing while neither reads.
 func serveTCP(t *testing.T, cfg Config, h func(*Stream, *Request)) (net.Conn, *counts, chan struct{}) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cs, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, ss := tcpPair(t)
 	return serveOn(t, cs, ss, cfg, h)
 }
 
