@@ -78,7 +78,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &benchEnv{ca: c, addrs: map[string]map[string]netip.AddrPort{"tcp": {}, "tls": {}, "tlsproxy": {}, "hbone": {}, "hbonexnet": {}, "hbonenoinline": {}}}
+	e := &benchEnv{ca: c, addrs: map[string]map[string]netip.AddrPort{"tcp": {}, "tls": {}, "tlsproxy": {}, "hbone": {}, "hbonenoinline": {}}}
 	srvCert, cliCert := issue(b, c, serverID), issue(b, c, clientID)
 	roots := c.RootPool()
 	serve := map[string]func(net.Listener){"sink": func(ln net.Listener) { sink(b, ln) }, "echo": echoOn}
@@ -110,10 +110,9 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		e.addrs["tlsproxy"][name] = addrPortOf(front.Addr())
 	}
 
-	// HBONE twice: h2tun (the default) and x/net's Transport/Server
-	// (withXNetH2), so one run compares the two.
-	// A third, h2tun without inline delivery (withNoInline), for its A/B.
-	for kind, opt := range map[string]Option{"hbone": withXNetH2(false), "hbonexnet": withXNetH2(true), "hbonenoinline": withNoInline(true)} {
+	// HBONE twice: as configured by default, and without h2tun's inline
+	// delivery (withNoInline), so one run compares the two.
+	for kind, opt := range map[string]Option{"hbone": withNoInline(false), "hbonenoinline": withNoInline(true)} {
 		hln := listen(b, "127.0.0.1:0")
 		startServer(b, hln,
 			WithRoots(func() *x509.CertPool { return roots }),
@@ -170,7 +169,6 @@ func (e *benchEnv) transports() []transport {
 		{"TLS13Proxied", dialTCP("tlsproxy")},
 		{"HBONE", dialTCP("hbone")},
 		{"HBONENoInline", dialTCP("hbonenoinline")},
-		{"HBONEXNet", dialTCP("hbonexnet")},
 	}
 }
 

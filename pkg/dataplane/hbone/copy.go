@@ -1,7 +1,6 @@
 package hbone
 
 import (
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -21,7 +20,6 @@ const (
 	// avoids a nearly empty extra record — and an extra syscall — per frame.
 	bigBufSize    = 64<<10 - h2FrameHeader
 	h2FrameHeader = 9
-	maxRecordData = 16<<10 - h2FrameHeader
 )
 
 var bigBufs = sync.Pool{New: func() any { b := make([]byte, bigBufSize); return &b }}
@@ -103,12 +101,11 @@ func rawConn(c any) syscall.RawConn {
 	return rc
 }
 
-// splice copies src to dst until src ends, flushing after each write when
-// flush is set (an h2 response writer buffers otherwise). It returns the first
-// read error (io.EOF for a clean end) and whether it was a write that failed.
-func splice(dst io.Writer, src io.Reader, flush func(), counter prometheus.Counter) (readErr error, writeFailed bool) {
+// splice copies src to dst until src ends. It returns the first read error
+// (io.EOF for a clean end) and whether it was a write that failed.
+func splice(dst io.Writer, src io.Reader, counter prometheus.Counter) (readErr error, writeFailed bool) {
 	if rc := rawConn(src); rc != nil {
-		return spliceSocket(dst, rc, flush, counter)
+		return spliceSocket(dst, rc, counter)
 	}
 	small := make([]byte, smallBufSize)
 	var big *[]byte
@@ -126,9 +123,6 @@ func splice(dst io.Writer, src io.Reader, flush func(), counter prometheus.Count
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return werr, true
-			}
-			if flush != nil {
-				flush()
 			}
 			if counter != nil {
 				counter.Add(float64(n))
@@ -148,7 +142,7 @@ func splice(dst io.Writer, src io.Reader, flush func(), counter prometheus.Count
 }
 
 // spliceSocket is splice from a socket: no buffer at all while idle.
-func spliceSocket(dst io.Writer, src syscall.RawConn, flush func(), counter prometheus.Counter) (readErr error, writeFailed bool) {
+func spliceSocket(dst io.Writer, src syscall.RawConn, counter prometheus.Counter) (readErr error, writeFailed bool) {
 	r := newSockReader(src)
 	for {
 		buf, n, err := r.read()
@@ -159,9 +153,6 @@ func spliceSocket(dst io.Writer, src syscall.RawConn, flush func(), counter prom
 		bigBufs.Put(buf)
 		if werr != nil {
 			return werr, true
-		}
-		if flush != nil {
-			flush()
 		}
 		if counter != nil {
 			counter.Add(float64(n))
@@ -203,16 +194,6 @@ func reset(c net.Conn) {
 		_ = tc.SetLinger(0)
 	}
 	_ = c.Close()
-}
-
-// isReset reports whether err means the peer aborted rather than finished.
-func isReset(err error) bool {
-	return err != nil && !errors.Is(err, io.EOF)
-}
-
-// isConnReset reports a TCP RST from the peer.
-func isConnReset(err error) bool {
-	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // batchConn is the socket under an HBONE TLS connection. Between StartBatch

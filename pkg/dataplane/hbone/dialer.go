@@ -11,11 +11,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone/internal/h2tun"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
@@ -50,10 +50,8 @@ func (e *StatusError) Error() string {
 // gateway, expected peer): a new tunnel is a new stream, not a new handshake.
 type Dialer struct {
 	cfg     config
-	t2      *http2.Transport
 	mu      sync.Mutex
-	pool    map[poolKey][]*http2.ClientConn
-	tpool   map[poolKey][]*h2tun.Conn
+	pool    map[poolKey][]*h2tun.Conn
 	dialing map[poolKey]chan struct{} // closed when the dial in progress ends
 }
 
@@ -68,23 +66,7 @@ func NewDialer(opts ...Option) (*Dialer, error) {
 	if cfg.certForID == nil || cfg.roots == nil {
 		return nil, errors.New("hbone dialer: WithClientCertificates and WithRoots are required")
 	}
-	// The windows are set through net/http's HTTP2Config because x/net's
-	// Transport has no fields for them; ConfigureTransports links the two.
-	t1 := &http.Transport{
-		IdleConnTimeout: cfg.poolIdleTimeout,
-		HTTP2: &http.HTTP2Config{
-			MaxReceiveBufferPerConnection: defaultConnWindow,
-			MaxReceiveBufferPerStream:     defaultStreamWindow,
-			MaxReadFrameSize:              clientMaxReadFrameSize,
-		},
-	}
-	t2, err := http2.ConfigureTransports(t1)
-	if err != nil {
-		return nil, fmt.Errorf("hbone dialer: configure h2: %w", err)
-	}
-	t2.IdleConnTimeout = cfg.poolIdleTimeout
-	t2.MaxReadFrameSize = clientMaxReadFrameSize
-	return &Dialer{cfg: cfg, t2: t2, pool: map[poolKey][]*http2.ClientConn{}, tpool: map[poolKey][]*h2tun.Conn{}, dialing: map[poolKey]chan struct{}{}}, nil
+	return &Dialer{cfg: cfg, pool: map[poolKey][]*h2tun.Conn{}, dialing: map[poolKey]chan struct{}{}}, nil
 }
 
 // Close closes every pooled connection; tunnels on them are reset.
@@ -97,12 +79,6 @@ func (d *Dialer) Close() error {
 		}
 		delete(d.pool, k)
 	}
-	for k, ccs := range d.tpool {
-		for _, cc := range ccs {
-			_ = cc.Close()
-		}
-		delete(d.tpool, k)
-	}
 	return nil
 }
 
@@ -114,16 +90,15 @@ func (d *Dialer) PoolSize() int {
 	for k := range d.pool {
 		n += len(d.pruneLocked(k))
 	}
-	for k := range d.tpool {
-		n += len(d.pruneTunLocked(k))
-	}
 	return n
 }
 
-func (d *Dialer) pruneLocked(k poolKey) []*http2.ClientConn {
+// pruneLocked drops k's connections that can take no new stream (closed or
+// draining after GOAWAY) and returns the rest.
+func (d *Dialer) pruneLocked(k poolKey) []*h2tun.Conn {
 	ccs := d.pool[k][:0]
 	for _, cc := range d.pool[k] {
-		if st := cc.State(); !st.Closed && !st.Closing {
+		if cc.Usable() {
 			ccs = append(ccs, cc)
 		}
 	}
@@ -139,13 +114,12 @@ func (d *Dialer) pruneLocked(k poolKey) []*http2.ClientConn {
 // caller, dialing a new one when every pooled connection is full. Only one
 // dial per key runs at a time: a burst of new tunnels waits for it instead of
 // opening a connection each, which is the point of the pool.
-func (d *Dialer) clientConn(ctx context.Context, t Target) (*http2.ClientConn, error) {
+func (d *Dialer) clientConn(ctx context.Context, t Target) (*h2tun.Conn, error) {
 	k := poolKey{source: t.Source, peer: t.Peer, gateway: t.Gateway}
 	for {
 		d.mu.Lock()
 		for _, cc := range d.pruneLocked(k) {
-			st := cc.State()
-			if st.StreamsActive+st.StreamsReserved+st.StreamsPending < d.cfg.streamsPerConn && cc.ReserveNewRequest() {
+			if cc.Reserve() {
 				d.mu.Unlock()
 				return cc, nil
 			}
@@ -174,24 +148,36 @@ func (d *Dialer) clientConn(ctx context.Context, t Target) (*http2.ClientConn, e
 		if err != nil {
 			return nil, err
 		}
-		if cc.ReserveNewRequest() {
+		if cc.Reserve() {
 			return cc, nil
 		}
 	}
 }
 
-func (d *Dialer) dialConn(ctx context.Context, t Target) (*http2.ClientConn, error) {
-	tc, _, err := d.handshake(ctx, t)
+// dialConn opens a new h2 connection to t's gateway.
+func (d *Dialer) dialConn(ctx context.Context, t Target) (*h2tun.Conn, error) {
+	tc, bc, err := d.handshake(ctx, t)
 	if err != nil {
 		return nil, err
 	}
-	cc, err := d.t2.NewClientConn(&pooledConn{Conn: tc, gauge: d.cfg.metrics})
+	m := d.cfg.metrics
+	cc, err := h2tun.NewClient(tc, h2tun.Config{
+		StreamWindow:         defaultStreamWindow,
+		ConnWindow:           defaultConnWindow,
+		MaxReadFrameSize:     clientMaxReadFrameSize,
+		MaxConcurrentStreams: uint32(d.cfg.streamsPerConn),
+		IdleTimeout:          d.cfg.poolIdleTimeout,
+		CountError:           func(kind string) { m.h2Errors.WithLabelValues(kind).Inc() },
+		// Keeps the pool gauge honest however the connection ends (idle
+		// timeout, GOAWAY, error, Close).
+		OnClose: func() { m.poolConns.Dec() },
+		Batch:   bc,
+	})
 	if err != nil {
-		_ = tc.Close()
 		return nil, fmt.Errorf("hbone h2 with %s: %w", t.Gateway, err)
 	}
-	d.cfg.metrics.poolConns.Inc()
-	d.cfg.metrics.poolDialed.Inc()
+	m.poolConns.Inc()
+	m.poolDialed.Inc()
 	return cc, nil
 }
 
@@ -233,71 +219,45 @@ func (d *Dialer) handshake(ctx context.Context, t Target) (*tls.Conn, *batchConn
 	return tc, bc, nil
 }
 
-// pooledConn keeps the pool gauge honest however the h2 connection ends
-// (idle timeout, GOAWAY, error).
-type pooledConn struct {
-	net.Conn
-	once  sync.Once
-	gauge *Metrics
-}
-
-func (c *pooledConn) Close() error {
-	c.once.Do(func() { c.gauge.poolConns.Dec() })
-	return c.Conn.Close()
-}
-
-// roundTrip sends the CONNECT with body as the request stream and waits for
-// the response headers, at most the connect timeout.
-func (d *Dialer) roundTrip(ctx context.Context, t Target, body io.ReadCloser) (*http.Response, context.CancelFunc, error) {
-	connectCtx, cancelConnect := context.WithTimeout(ctx, d.cfg.connectTimeout)
-	defer cancelConnect()
-	cc, err := d.clientConn(connectCtx, t)
-	if err != nil {
-		return nil, nil, err
-	}
-	// The stream lives as long as the tunnel, not as long as the connect
-	// deadline, so it gets its own context; the deadline only cancels it
-	// while the response headers are outstanding.
-	streamCtx, cancelStream := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(connectCtx, cancelStream)
+// connect opens a CONNECT stream to t and waits for its 200, at most the
+// connect timeout. A stream the server refused unprocessed (REFUSED_STREAM,
+// GOAWAY) is retried: on a busy connection the server may still count a
+// stream the client already closed.
+func (d *Dialer) connect(ctx context.Context, t Target) (*h2tun.Stream, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.connectTimeout)
+	defer cancel()
 	authority := t.Destination.String()
-	req := &http.Request{
-		Method:        http.MethodConnect,
-		URL:           &url.URL{Host: authority},
-		Host:          authority,
-		Proto:         "HTTP/2.0",
-		ProtoMajor:    2,
-		Header:        d.headers(t),
-		Body:          body,
-		ContentLength: -1,
+	fields := d.headerFields(t)
+	for attempt := 0; ; attempt++ {
+		cc, err := d.clientConn(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		st, status, err := cc.Connect(ctx, authority, fields)
+		if errors.Is(err, h2tun.ErrRefused) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("hbone CONNECT %s via %s: %w", authority, t.Gateway, err)
+		}
+		if status != http.StatusOK {
+			st.Close()
+			return nil, fmt.Errorf("hbone CONNECT %s via %s: %w", authority, t.Gateway, &StatusError{Code: status})
+		}
+		return st, nil
 	}
-	resp, err := cc.RoundTrip(req.WithContext(streamCtx))
-	if !stop() && err == nil {
-		err = context.Cause(connectCtx)
-		_ = resp.Body.Close()
-	}
-	if err != nil {
-		cancelStream()
-		return nil, nil, fmt.Errorf("hbone CONNECT %s via %s: %w", authority, t.Gateway, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		_ = resp.Body.Close()
-		cancelStream()
-		return nil, nil, fmt.Errorf("hbone CONNECT %s via %s: %w", authority, t.Gateway, &StatusError{Code: resp.StatusCode})
-	}
-	return resp, cancelStream, nil
 }
 
-func (d *Dialer) headers(t Target) http.Header {
-	h := http.Header{}
+// headerFields are the CONNECT request's regular fields, as ztunnel sends them.
+func (d *Dialer) headerFields(t Target) []hpack.HeaderField {
+	f := make([]hpack.HeaderField, 0, 3)
 	if t.SourceAddr.IsValid() {
-		h.Set("Forwarded", forwardedFor(t.SourceAddr))
+		f = append(f, hpack.HeaderField{Name: "forwarded", Value: forwardedFor(t.SourceAddr)})
 	}
 	if t.Baggage != "" {
-		h.Set("Baggage", t.Baggage)
+		f = append(f, hpack.HeaderField{Name: "baggage", Value: t.Baggage})
 	}
-	h.Set("Traceparent", newTraceparent())
-	return h
+	return append(f, hpack.HeaderField{Name: "traceparent", Value: newTraceparent()})
 }
 
 // newTraceparent starts a W3C trace for the tunnel, as ztunnel does, so
@@ -311,39 +271,48 @@ func newTraceparent() string {
 // Proxy tunnels an accepted downstream connection to t and returns when both
 // directions have finished. FINs and resets are carried across: a downstream
 // FIN ends the request stream, a stream end half-closes downstream, and an
-// abort on either side resets the other.
+// abort on either side resets the other. Each direction is copied by one
+// goroutine straight from socket reads into DATA frames and from the
+// stream's buffer (or, inline, from the connection's reader) into socket
+// writes.
 func (d *Dialer) Proxy(ctx context.Context, t Target, downstream net.Conn) error {
-	if !d.cfg.xnetH2 {
-		return d.proxyTunnel(ctx, t, downstream)
-	}
-	// The transport reads the request body straight from downstream, so no
-	// extra goroutine and buffer per tunnel are needed for that direction.
-	body := &downstreamBody{conn: downstream, done: make(chan struct{}), counter: d.cfg.metrics.sent.WithLabelValues("outbound")}
-	if rc := rawConn(downstream); rc != nil {
-		body.r = newSockReader(rc)
-	}
-	resp, cancel, err := d.roundTrip(ctx, t, body)
+	st, err := d.connect(ctx, t)
 	if err != nil {
 		return err
 	}
-	defer cancel()
+	defer st.Close()
 	d.cfg.metrics.opened.WithLabelValues("outbound").Inc()
 	defer d.cfg.metrics.closed.WithLabelValues("outbound").Inc()
-
-	stop := context.AfterFunc(ctx, func() { reset(downstream) })
+	stop := context.AfterFunc(ctx, func() { st.Reset(http2.ErrCodeCancel); reset(downstream) })
 	defer stop()
-	rerr, writeFailed := splice(downstream, resp.Body, nil, d.cfg.metrics.received.WithLabelValues("outbound"))
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err, writeFailed := splice(st, downstream, d.cfg.metrics.sent.WithLabelValues("outbound"))
+		switch {
+		case writeFailed: // the stream is gone; the other direction resets downstream
+		case errors.Is(err, io.EOF):
+			_ = st.CloseWrite()
+		default: // downstream aborted
+			st.Reset(http2.ErrCodeCancel)
+		}
+	}()
+	received := d.cfg.metrics.received.WithLabelValues("outbound")
+	if !d.cfg.noInline {
+		setSink(st, downstream, received)
+	}
+	rerr, writeFailed := splice(downstream, st, received)
 	switch {
 	case writeFailed: // downstream is gone; abort the stream
-		cancel()
+		st.Reset(http2.ErrCodeCancel)
 		reset(downstream)
 	case errors.Is(rerr, io.EOF):
 		closeWrite(downstream)
 	default: // stream reset by the peer
 		reset(downstream)
 	}
-	<-body.done
-	_ = resp.Body.Close()
+	<-done
 	_ = downstream.Close()
 	if rerr != nil && !errors.Is(rerr, io.EOF) {
 		return fmt.Errorf("hbone tunnel to %s: %w", t.Destination, rerr)
@@ -351,125 +320,43 @@ func (d *Dialer) Proxy(ctx context.Context, t Target, downstream net.Conn) error
 	return nil
 }
 
-// downstreamBody is the request body of a tunnel: reads come from the
-// downstream socket. Close, which the transport calls when it no longer wants
-// the body (stream ended or reset), stops reading without closing the socket,
-// because the response direction may still be writing to it.
-type downstreamBody struct {
-	conn    net.Conn
-	once    sync.Once
-	done    chan struct{}
-	counter interface{ Add(float64) }
-	// A TCP downstream is read with a sockReader: up to 64 KiB per syscall,
-	// handed to the transport a DATA frame at a time (frames are 16 KiB: see
-	// defaultMaxReadFrameSize), and no buffer held while the tunnel is idle.
-	r       *sockReader
-	big     *[]byte
-	pending []byte
-	err     error // the socket's error, returned once pending is drained
-}
-
-func (b *downstreamBody) Read(p []byte) (int, error) {
-	// The transport sends each Read as one DATA frame; see maxRecordData.
-	if len(p) > maxRecordData {
-		p = p[:maxRecordData]
-	}
-	if b.r == nil {
-		// A non-EOF error (a downstream RST) is passed on as is: the
-		// transport answers it with RST_STREAM, which is what a downstream
-		// abort becomes.
-		n, err := b.conn.Read(p)
-		if n > 0 {
-			b.counter.Add(float64(n))
-		}
-		return n, err
-	}
-	if len(b.pending) == 0 && b.err == nil {
-		var n int
-		b.big, n, b.err = b.r.read()
-		if b.big != nil {
-			b.pending = (*b.big)[:n]
-			b.counter.Add(float64(n))
-		}
-	}
-	n := copy(p, b.pending)
-	b.pending = b.pending[n:]
-	if len(b.pending) == 0 && b.big != nil {
-		bigBufs.Put(b.big)
-		b.big = nil
-	}
-	if n > 0 {
-		return n, nil // an error, if any, comes on the next Read
-	}
-	return 0, b.err
-}
-
-// recordSizedReader caps reads like downstreamBody does, for Dial's pipe.
-type recordSizedReader struct{ *io.PipeReader }
-
-func (r recordSizedReader) Read(p []byte) (int, error) {
-	if len(p) > maxRecordData {
-		p = p[:maxRecordData]
-	}
-	return r.PipeReader.Read(p)
-}
-
-func (b *downstreamBody) Close() error {
-	b.once.Do(func() {
-		if cr, ok := b.conn.(interface{ CloseRead() error }); ok {
-			_ = cr.CloseRead()
-		}
-		close(b.done)
-	})
-	return nil
-}
-
 // Dial opens a tunnel and returns it as a net.Conn, for callers that are not
 // splicing an accepted socket (interop tests, benchmarks, tools).
 func (d *Dialer) Dial(ctx context.Context, t Target) (net.Conn, error) {
-	if !d.cfg.xnetH2 {
-		return d.dialTunnel(ctx, t)
-	}
-	pr, pw := io.Pipe()
-	resp, cancel, err := d.roundTrip(ctx, t, recordSizedReader{pr})
+	st, err := d.connect(ctx, t)
 	if err != nil {
-		_ = pw.Close()
 		return nil, err
 	}
 	d.cfg.metrics.opened.WithLabelValues("outbound").Inc()
-	return &tunnelConn{pw: pw, resp: resp, cancel: cancel, metrics: d.cfg.metrics,
+	return &streamConn{st: st, metrics: d.cfg.metrics,
 		local: net.TCPAddrFromAddrPort(netip.AddrPortFrom(t.SourceAddr, 0)), remote: net.TCPAddrFromAddrPort(t.Destination)}, nil
 }
 
-// tunnelConn is a tunnel as a net.Conn. Deadlines are not supported: the
+// streamConn is a tunnel as a net.Conn. Deadlines are not supported: the
 // tunnel is a stream on a shared connection, and its lifetime is bounded by
 // Close and the pool's idle timeout instead.
-type tunnelConn struct {
-	pw            *io.PipeWriter
-	resp          *http.Response
-	cancel        context.CancelFunc
+type streamConn struct {
+	st            *h2tun.Stream
 	metrics       *Metrics
 	local, remote net.Addr
 	once          sync.Once
 }
 
-func (c *tunnelConn) Read(p []byte) (int, error)  { return c.resp.Body.Read(p) }
-func (c *tunnelConn) Write(p []byte) (int, error) { return c.pw.Write(p) }
+func (c *streamConn) Read(p []byte) (int, error)  { return c.st.Read(p) }
+func (c *streamConn) Write(p []byte) (int, error) { return c.st.Write(p) }
 
 // CloseWrite half-closes the tunnel: the server sees EOF from its upstream read.
-func (c *tunnelConn) CloseWrite() error { return c.pw.Close() }
+func (c *streamConn) CloseWrite() error { return c.st.CloseWrite() }
 
-func (c *tunnelConn) Close() error {
+func (c *streamConn) Close() error {
 	c.once.Do(func() {
-		_ = c.pw.CloseWithError(net.ErrClosed)
-		_ = c.resp.Body.Close()
-		c.cancel()
+		c.st.Close()
 		c.metrics.closed.WithLabelValues("outbound").Inc()
 	})
 	return nil
 }
-func (c *tunnelConn) LocalAddr() net.Addr              { return c.local }
-func (c *tunnelConn) RemoteAddr() net.Addr             { return c.remote }
-func (c *tunnelConn) SetDeadline(time.Time) error      { return errors.ErrUnsupported }
-func (c *tunnelConn) SetReadDeadline(time.Time) error  { return errors.ErrUnsupported }
-func (c *tunnelConn) SetWriteDeadline(time.Time) error { return errors.ErrUnsupported }
+func (c *streamConn) LocalAddr() net.Addr              { return c.local }
+func (c *streamConn) RemoteAddr() net.Addr             { return c.remote }
+func (c *streamConn) SetDeadline(time.Time) error      { return errors.ErrUnsupported }
+func (c *streamConn) SetReadDeadline(time.Time) error  { return errors.ErrUnsupported }
+func (c *streamConn) SetWriteDeadline(time.Time) error { return errors.ErrUnsupported }

@@ -14,12 +14,12 @@
 // The HTTP/2 connection is internal/h2tun: x/net/http2's Framer and hpack
 // for everything on the wire, with a stream state machine and flow control
 // of its own, built for tunnels (one reader goroutine per connection, writes
-// from the copying goroutine). x/net's general-purpose Transport and Server
-// handed every frame across two or three goroutines, which cost half of
-// TLS's throughput; the h2tun package comment says what was kept from x/net
-// and why. The x/net Transport/Server path is still compiled in behind the
-// unexported withXNetH2 option, only so the benchmarks can compare the two
-// in one run.
+// from the copying goroutine). It replaced x/net's general-purpose Transport
+// and Server, which handed every frame across two or three goroutines; the
+// h2tun package comment says what was kept from x/net and why. In the last
+// side-by-side run (commit 5416e1d, 2 cores) x/net's path did 260 MB/s and
+// 1 KiB round trips at p50/p99 90/162 µs, h2tun 710 MB/s (0.83× TLS alone)
+// and 65/142 µs.
 //
 // Known limit: a header list beyond 4× WithMaxHeaderBytes is not decoded at
 // all; the connection gets GOAWAY (the CONTINUATION-flood defence) and the

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 )
@@ -222,8 +224,9 @@ func TestInboundRejects(t *testing.T) {
 }
 
 // rawClient is an h2 client with a valid mesh certificate that can send
-// requests the Dialer never would.
-func rawClient(t *testing.T, e *env, id identity.Identity) *http2ClientConn {
+// requests the Dialer never would: x/net's, an implementation independent of
+// the server's h2tun.
+func rawClient(t *testing.T, e *env, id identity.Identity) *http2.ClientConn {
 	t.Helper()
 	cert := issue(t, e.ca, id)
 	tc, err := tls.Dial("tcp", e.serverAddr.String(), &tls.Config{
@@ -232,7 +235,7 @@ func rawClient(t *testing.T, e *env, id identity.Identity) *http2ClientConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := newH2ClientConn(tc)
+	cc, err := (&http2.Transport{}).NewClientConn(tc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,7 +553,8 @@ func TestUpstreamDialerGetsTheClientAddress(t *testing.T) {
 
 // TestClientSendsAfterDestinationHalfCloses: a destination that sends its
 // answer and FIN first still receives everything the client sends after
-// that (x/net's server dropped it), through Dial and through Proxy.
+// that (x/net's Server, which hbone used before h2tun, dropped it), through
+// Dial and through Proxy.
 func TestClientSendsAfterDestinationHalfCloses(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -26,10 +26,11 @@ const (
 	defaultHandshakeTimeout = 10 * time.Second
 	defaultIdleTimeout      = 10 * time.Minute
 	defaultMaxHeaderBytes   = 16 << 10
-	// The server keeps the 16 KiB default: x/net's client holds a scratch
-	// buffer of the peer's max frame size for every open stream, so a larger
-	// value would cost that much per idle tunnel. Frames towards the client
-	// do not have that cost, so the client accepts large ones.
+	// The server keeps the 16 KiB default: a client built on x/net's
+	// Transport (Istio's Go HBONE, for one) holds a scratch buffer of the
+	// peer's max frame size for every open stream, so a larger value would
+	// cost that much per idle tunnel. Frames towards the client do not have
+	// that cost, so the client accepts large ones.
 	defaultMaxReadFrameSize     = 16 << 10
 	clientMaxReadFrameSize      = 256 << 10
 	defaultPoolIdleTimeout      = 60 * time.Second
@@ -62,17 +63,10 @@ type config struct {
 	maxHeaderBytes   int
 	streamsPerConn   int
 	mark             int
-	// xnetH2 selects the previous HTTP/2 implementation, x/net's Transport
-	// and Server, instead of internal/h2tun; kept, unexported, so the
-	// benchmarks can compare the two in one run.
-	xnetH2 bool
 	// noInline turns off h2tun's inline delivery (Stream.SetSink): kept,
 	// unexported, so the benchmarks can show both in one run.
 	noInline bool
 }
-
-// withXNetH2 switches both halves to x/net's HTTP/2 Transport and Server.
-func withXNetH2(on bool) Option { return func(c *config) { c.xnetH2 = on } }
 
 // withNoInline makes h2tun streams hand all data to their splice goroutine.
 func withNoInline(on bool) Option { return func(c *config) { c.noInline = on } }

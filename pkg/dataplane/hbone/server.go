@@ -11,10 +11,11 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
-	"sync/atomic"
+	"time"
 
 	"golang.org/x/net/http2"
 
+	"github.com/meshctl/meshctl/pkg/dataplane/hbone/internal/h2tun"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 )
 
@@ -23,7 +24,6 @@ import (
 // destination.
 type Server struct {
 	cfg config
-	h2  *http2.Server
 	tls *tls.Config
 	wg  sync.WaitGroup
 }
@@ -35,16 +35,6 @@ func NewServer(opts ...Option) (*Server, error) {
 		return nil, errors.New("hbone server: WithServerCertificates and WithRoots are required")
 	}
 	s := &Server{cfg: cfg}
-	s.h2 = &http2.Server{
-		MaxConcurrentStreams:         defaultServerMaxStreamsConn,
-		MaxUploadBufferPerConnection: defaultConnWindow,
-		MaxUploadBufferPerStream:     defaultStreamWindow,
-		MaxReadFrameSize:             defaultMaxReadFrameSize,
-		IdleTimeout:                  cfg.idleTimeout,
-		// The h2 server refuses floods and malformed frames itself; this hook
-		// is the only place they become visible, so count them.
-		CountError: func(errType string) { cfg.metrics.h2Errors.WithLabelValues(errType).Inc() },
-	}
 	s.tls = &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		NextProtos: []string{"h2"},
@@ -99,20 +89,14 @@ type connInfo struct {
 	src, dst netip.AddrPort
 }
 
-type connInfoKey struct{}
-
 // ServeConn runs one inbound HBONE connection to completion.
 func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
 	defer c.Close()
 	// Ending ctx (the workload went away) ends its connections too.
 	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 	defer stop()
-	var bc *batchConn
-	tc := tls.Server(c, s.tls)
-	if !s.cfg.xnetH2 {
-		bc = newBatchConn(c)
-		tc = tls.Server(bc, s.tls)
-	}
+	bc := newBatchConn(c)
+	tc := tls.Server(bc, s.tls)
 	hsCtx, cancel := context.WithTimeout(ctx, s.cfg.handshakeTimeout)
 	err := tc.HandshakeContext(hsCtx)
 	cancel()
@@ -133,18 +117,7 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
 		return
 	}
 	info := &connInfo{peer: peer, src: addrPortOf(c.RemoteAddr()), dst: addrPortOf(c.LocalAddr())}
-	if !s.cfg.xnetH2 {
-		s.serveTunnels(ctx, tc, bc, info)
-		return
-	}
-	s.h2.ServeConn(tc, &http2.ServeConnOpts{
-		Context: context.WithValue(ctx, connInfoKey{}, info),
-		Handler: s,
-		// x/net refuses header lists over this itself (431, before any
-		// handler runs and so without a metric); the handler enforces the
-		// real, smaller limit so that most oversized requests are counted.
-		BaseConfig: &http.Server{MaxHeaderBytes: 4 * s.cfg.maxHeaderBytes},
-	})
+	s.serveTunnels(ctx, tc, bc, info)
 }
 
 // handshakeFailure classifies a failed handshake for the metric and answers a
@@ -166,67 +139,6 @@ func (s *Server) handshakeFailure(c net.Conn, err error) string {
 		return "timeout"
 	default:
 		return "tls"
-	}
-}
-
-// ServeHTTP handles one CONNECT stream on the x/net path.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	info, _ := r.Context().Value(connInfoKey{}).(*connInfo)
-	if info == nil {
-		s.reject(w, http.StatusInternalServerError, "no_conn_info")
-		return
-	}
-	dst, code, reason := s.admit(info, r.Method, r.Host, headerBytes(r))
-	if code != 0 {
-		s.reject(w, code, reason)
-		return
-	}
-	up, code, reason := s.openUpstream(r.Context(), info, dst)
-	if code != 0 {
-		s.reject(w, code, reason)
-		return
-	}
-	defer up.Close()
-	s.cfg.metrics.opened.WithLabelValues("inbound").Inc()
-	defer s.cfg.metrics.closed.WithLabelValues("inbound").Inc()
-
-	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	flush := func() {
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
-	flush()
-
-	// Client → destination. A clean END_STREAM becomes a FIN (half-close); a
-	// stream reset becomes a TCP RST, unless the response already finished,
-	// in which case body errors are just the stream going away.
-	var responseDone atomic.Bool
-	go func() {
-		err, writeFailed := splice(up, r.Body, nil, s.cfg.metrics.received.WithLabelValues("inbound"))
-		switch {
-		case errors.Is(err, io.EOF):
-			closeWrite(up)
-		case responseDone.Load() || writeFailed:
-			_ = up.Close()
-		default:
-			reset(up)
-		}
-	}()
-	// Destination → client. Returning from the handler sends END_STREAM;
-	// panicking with ErrAbortHandler sends RST_STREAM.
-	err, writeFailed := splice(w, up, flush, s.cfg.metrics.sent.WithLabelValues("inbound"))
-	responseDone.Store(true)
-	// On an abort the request body is not waited for: its Read only returns
-	// once the handler has returned, and the goroutine then just closes up.
-	if writeFailed { // the client reset the stream or the connection died
-		reset(up)
-		return
-	}
-	if isReset(err) {
-		reset(up)
-		panic(http.ErrAbortHandler)
 	}
 }
 
@@ -278,19 +190,86 @@ func (s *Server) openUpstream(ctx context.Context, info *connInfo, dst netip.Add
 	return up, 0, ""
 }
 
-func (s *Server) reject(w http.ResponseWriter, code int, reason string) {
-	s.cfg.metrics.rejects.WithLabelValues(strconv.Itoa(code), reason).Inc()
-	w.WriteHeader(code)
+// serveTunnels runs the h2 side of one inbound connection: one goroutine per
+// CONNECT stream, each splicing its stream to the destination.
+func (s *Server) serveTunnels(ctx context.Context, c net.Conn, bc *batchConn, info *connInfo) {
+	cfg := h2tun.Config{
+		StreamWindow:         defaultStreamWindow,
+		ConnWindow:           defaultConnWindow,
+		MaxReadFrameSize:     defaultMaxReadFrameSize,
+		MaxConcurrentStreams: defaultServerMaxStreamsConn,
+		// Header lists up to 4× the limit are decoded so that the handler
+		// can answer 431 and count it; beyond that h2tun (x/net's framer)
+		// stops decoding and ends the connection.
+		MaxHeaderListSize: uint32(4 * s.cfg.maxHeaderBytes),
+		IdleTimeout:       s.cfg.idleTimeout,
+		// h2tun refuses floods and malformed frames itself; this hook is the
+		// only place they become visible, so count them.
+		CountError: func(kind string) { s.cfg.metrics.h2Errors.WithLabelValues(kind).Inc() },
+		Batch:      bc,
+	}
+	deadline := time.Now().Add(s.cfg.handshakeTimeout)
+	_ = h2tun.Serve(c, cfg, deadline, func(st *h2tun.Stream, req *h2tun.Request) {
+		defer st.Close()
+		s.serveTunnel(ctx, info, st, req)
+	})
 }
 
-// headerBytes is the HTTP/2 header list size of r (RFC 9113 6.5.2: name +
-// value + 32 per field).
-func headerBytes(r *http.Request) int {
-	n := len(":authority") + len(r.Host) + 32 + len(":method") + len(r.Method) + 32
-	for k, vs := range r.Header {
-		for _, v := range vs {
-			n += len(k) + len(v) + 32
-		}
+// serveTunnel handles one CONNECT stream.
+func (s *Server) serveTunnel(ctx context.Context, info *connInfo, st *h2tun.Stream, req *h2tun.Request) {
+	size := req.HeaderBytes
+	if req.Truncated {
+		size = max(size, s.cfg.maxHeaderBytes+1)
 	}
-	return n
+	dst, code, reason := s.admit(info, req.Method, req.Authority, size)
+	if code != 0 {
+		s.reject(st, code, reason)
+		return
+	}
+	up, code, reason := s.openUpstream(ctx, info, dst)
+	if code != 0 {
+		s.reject(st, code, reason)
+		return
+	}
+	defer up.Close()
+	if err := st.WriteHeader(http.StatusOK, false); err != nil {
+		return
+	}
+	s.cfg.metrics.opened.WithLabelValues("inbound").Inc()
+	defer s.cfg.metrics.closed.WithLabelValues("inbound").Inc()
+
+	// Client → destination: END_STREAM becomes a FIN, a reset an RST.
+	received := s.cfg.metrics.received.WithLabelValues("inbound")
+	if !s.cfg.noInline {
+		setSink(st, up, received)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err, _ := splice(up, st, received)
+		if errors.Is(err, io.EOF) {
+			closeWrite(up)
+			return
+		}
+		reset(up)
+	}()
+	// Destination → client, from this goroutine straight into DATA frames.
+	// A FIN from the destination becomes END_STREAM and the client may go
+	// on sending: the stream lives until both directions have ended.
+	err, writeFailed := splice(st, up, s.cfg.metrics.sent.WithLabelValues("inbound"))
+	switch {
+	case writeFailed: // the client reset the stream or the connection died
+		reset(up)
+	case errors.Is(err, io.EOF):
+		_ = st.CloseWrite()
+	default: // the destination reset: RFC 9113 8.5's CONNECT_ERROR
+		st.Reset(http2.ErrCodeConnect)
+		reset(up)
+	}
+	<-done
+}
+
+func (s *Server) reject(st *h2tun.Stream, code int, reason string) {
+	s.cfg.metrics.rejects.WithLabelValues(strconv.Itoa(code), reason).Inc()
+	_ = st.WriteHeader(code, true)
 }
