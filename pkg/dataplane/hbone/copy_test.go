@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
-	"net"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,15 +17,7 @@ import (
 func TestSpliceSocketBulkThenEnd(t *testing.T) {
 	t.Parallel()
 	for _, rst := range []bool{false, true} {
-		ln := listen(t, "127.0.0.1:0")
-		client, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		server, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
+		client, server := tcpPair(t)
 		want := make([]byte, 1<<20+123)
 		_, _ = rand.Read(want)
 		go func() {

@@ -107,19 +107,7 @@ type fuzzConn struct {
 
 func newFuzzConn(t *testing.T, s *Server, info *connInfo) *fuzzConn {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, sc := tcpPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	fc := &fuzzConn{c: c, fr: http2.NewFramer(c, c), nextID: 1, cancel: cancel, done: make(chan struct{})}
 	go func() {

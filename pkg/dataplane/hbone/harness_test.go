@@ -56,6 +56,24 @@ func listen(t testing.TB, addr string) net.Listener {
 	return ln
 }
 
+// tcpPair returns both ends of a loopback TCP connection, closed at the
+// end of the test.
+func tcpPair(t testing.TB) (client, server net.Conn) {
+	t.Helper()
+	ln := listen(t, "127.0.0.1:0")
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = ln.Accept()
+	if err != nil {
+		_ = client.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
+	return client, server
+}
+
 // echo serves connections by copying input back and half-closing at EOF.
 func echo(t testing.TB) netip.AddrPort {
 	ln := listen(t, "127.0.0.1:0")

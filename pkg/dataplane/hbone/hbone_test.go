@@ -88,15 +88,7 @@ func TestProxyHalfCloseAndResetBothWays(t *testing.T) {
 	dst := addrPortOf(dstLn.Addr())
 
 	proxied := func() net.Conn {
-		appLn := listen(t, "127.0.0.1:0")
-		app, err := net.Dial("tcp", appLn.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		down, err := appLn.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
+		app, down := tcpPair(t)
 		go func() { _ = e.dialer.Proxy(context.Background(), e.target(dst), down) }()
 		return app
 	}
@@ -599,16 +591,7 @@ func TestClientSendsAfterDestinationHalfCloses(t *testing.T) {
 	check("Dial", c)
 	c.Close()
 
-	appLn := listen(t, "127.0.0.1:0")
-	app, err := net.Dial("tcp", appLn.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close()
-	down, err := appLn.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	app, down := tcpPair(t)
 	go func() { _ = e.dialer.Proxy(context.Background(), e.target(dst), down) }()
 	check("Proxy", app)
 }

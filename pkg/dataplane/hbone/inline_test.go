@@ -34,16 +34,7 @@ func TestInlineDeliveryThroughProxy(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = d.Close() })
 
-	appLn := listen(t, "127.0.0.1:0")
-	app, err := net.Dial("tcp", appLn.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close()
-	down, err := appLn.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	app, down := tcpPair(t)
 	proxyDone := make(chan error, 1)
 	go func() { proxyDone <- d.Proxy(context.Background(), e.target(e.echoAddr), down) }()
 

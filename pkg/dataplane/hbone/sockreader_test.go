@@ -1,7 +1,6 @@
 package hbone
 
 import (
-	"net"
 	"testing"
 )
 
@@ -10,17 +9,7 @@ import (
 // 14 objects per 1 KiB round trip through the two proxies), which the
 // latency benchmark's tail paid for in garbage collection.
 func TestSockReaderDoesNotAllocate(t *testing.T) {
-	ln := listen(t, "127.0.0.1:0")
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
+	client, server := tcpPair(t)
 	r := newSockReader(rawConn(server))
 	msg := make([]byte, 1024)
 	read := func() {

@@ -119,18 +119,7 @@ func TestClientServerHalfCloseBothWays(t *testing.T) {
 		b, _ := io.ReadAll(s)
 		got <- b
 	})
-	cc, err := NewClient(cs, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	if !cc.Reserve() {
-		t.Fatal("no stream slot on a new connection")
-	}
-	st, status, err := cc.Connect(t.Context(), "10.0.0.1:80", nil)
-	if err != nil || status != 200 {
-		t.Fatalf("connect: %d, %v", status, err)
-	}
+	st := connectOne(t, cs)
 	defer st.Close()
 	banner, err := io.ReadAll(st)
 	if err != nil || string(banner) != "banner" {
@@ -275,16 +264,7 @@ func TestResetPropagatesBothWays(t *testing.T) {
 		_, err := io.ReadAll(s)
 		serverErr <- err
 	})
-	cc, err := NewClient(cs, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	cc.Reserve()
-	st, _, err := cc.Connect(t.Context(), "10.0.0.1:80", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := connectOne(t, cs)
 	_, _ = st.Write([]byte("x"))
 	st.Reset(http2.ErrCodeCancel)
 	var se *StreamError
@@ -292,6 +272,25 @@ func TestResetPropagatesBothWays(t *testing.T) {
 		t.Fatalf("server read ended with %v, want a CANCEL reset", err)
 	}
 	st.Close()
+}
+
+// connectOne starts a client on cs and opens one CONNECT stream that the
+// server answered 200; the client connection closes with the test.
+func connectOne(t *testing.T, cs net.Conn) *Stream {
+	t.Helper()
+	cc, err := NewClient(cs, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	if !cc.Reserve() {
+		t.Fatal("no stream slot on a new connection")
+	}
+	st, status, err := cc.Connect(t.Context(), "10.0.0.1:80", nil)
+	if err != nil || status != 200 {
+		t.Fatalf("connect: %d, %v", status, err)
+	}
+	return st
 }
 
 // tcpPair returns both ends of a loopback TCP connection.
@@ -350,18 +349,7 @@ func TestSinkKeepsOrderFlowControlAndEnd(t *testing.T) {
 			}
 		}
 	})
-	cc, err := NewClient(cs, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	if !cc.Reserve() {
-		t.Fatal("no stream slot on a new connection")
-	}
-	st, status, err := cc.Connect(t.Context(), "10.0.0.1:80", nil)
-	if err != nil || status != 200 {
-		t.Fatalf("connect: %d, %v", status, err)
-	}
+	st := connectOne(t, cs)
 	defer st.Close()
 
 	payload := make([]byte, 20<<20) // over the 16 MiB connection window
