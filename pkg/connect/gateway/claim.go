@@ -1,0 +1,169 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster"
+)
+
+// maxClaimAttempts bounds how often claimPools starts over after its claim
+// collided with one another meshctl made at the same moment.
+const maxClaimAttempts = 8
+
+// claimPools gives the kind clusters of env their pools on the docker
+// network: blocks they hold are kept, the others get blocks no cluster of
+// another environment holds. The result has one entry per plan (nil for
+// existing clusters).
+//
+// Concurrency: two `meshctl up` started together on a fresh machine both see
+// the same free blocks. There is no lock that both a host file and a CI
+// container sharing only the docker socket would see, so claims are
+// optimistic instead: write the claim into the records, read every record
+// again, and withdraw if a cluster of another environment now holds an
+// overlapping block. Since each process writes before it reads, of two
+// overlapping claims at least the later-written one sees the other, so two
+// overlapping claims never both stand. Both may withdraw: each then retries
+// after a random pause, and sees the other's claim once it stands. A claim
+// is never withdrawn after it stood: it stays with the cluster, for reruns,
+// until the cluster is deleted.
+func (i *Installer) claimPools(ctx context.Context, env string, plans []cluster.ClusterPlan, subnets []netip.Prefix) ([][]netip.Prefix, error) {
+	for attempt := 1; ; attempt++ {
+		all, err := i.source.List(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("reading which load-balancer pools other environments hold: %w", err)
+		}
+		hs, unreadable := holders(all, i.network, subnets)
+		if attempt == 1 && len(unreadable) > 0 {
+			i.logger.Warnf("cannot read meshctl's record of kind clusters %s: load-balancer pools they may have are not avoided", strings.Join(unreadable, ", "))
+		}
+		reqs, idx, had := requests(env, plans, hs)
+		var taken []holder
+		for _, h := range hs {
+			if h.env != env {
+				taken = append(taken, h)
+			}
+		}
+		got, err := allocate(i.network, subnets, i.poolSize, env, reqs, taken)
+		if err != nil {
+			return nil, err
+		}
+		pools := make([][]netip.Prefix, len(plans))
+		for j, k := range idx {
+			pools[k] = got[j]
+		}
+		var changed []int
+		for k, p := range plans {
+			if !p.Existing && !slices.Equal(pools[k], had[k]) {
+				changed = append(changed, k)
+			}
+		}
+		if len(changed) == 0 {
+			return pools, nil
+		}
+		if err := i.record(ctx, plans, changed, func(k int) []netip.Prefix { return pools[k] }); err != nil {
+			return nil, err
+		}
+		clash, err := i.clash(ctx, env, pools, changed)
+		if err != nil {
+			return nil, err
+		}
+		if clash == "" {
+			for _, k := range changed {
+				if had[k] != nil {
+					i.logger.Warnf("%s: load-balancer pools moved from %s to %s (%s)", plans[k].Name, join(had[k]), join(pools[k]), "the old ones are outside the docker network's subnets")
+				}
+			}
+			return pools, nil
+		}
+		if err := i.record(ctx, plans, changed, func(k int) []netip.Prefix { return had[k] }); err != nil {
+			return nil, fmt.Errorf("withdrawing a load-balancer pool claim that collided with %s: %w", clash, err)
+		}
+		if attempt == maxClaimAttempts {
+			return nil, fmt.Errorf("docker network %q: the load-balancer pools claimed for environment %q collided %d times with those of another meshctl claiming at the same time (last: %s): rerun", i.network, env, attempt, clash)
+		}
+		i.logger.V(1).Infof("load-balancer pools collided with %s, claimed at the same time: trying again", clash)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(i.claimPause * time.Duration(1+rand.IntN(4*attempt))):
+		}
+	}
+}
+
+// requests are env's kind clusters, as indexes into plans, with the pools
+// each holds (per plan, nil for existing clusters).
+func requests(env string, plans []cluster.ClusterPlan, hs []holder) (reqs []request, idx []int, had [][]netip.Prefix) {
+	recorded := map[string][]netip.Prefix{}
+	for _, h := range hs {
+		if h.env == env && !h.inferred {
+			recorded[h.cluster] = h.pools
+		}
+	}
+	had = make([][]netip.Prefix, len(plans))
+	for k, p := range plans {
+		if p.Existing {
+			continue
+		}
+		had[k] = recorded[p.Name]
+		reqs = append(reqs, request{name: p.Name, ipFamily: p.IPFamily, have: had[k], prefer: uint64(k + 1)})
+		idx = append(idx, k)
+	}
+	return reqs, idx, had
+}
+
+// record writes pools(k) into the records of the clusters changed.
+func (i *Installer) record(ctx context.Context, plans []cluster.ClusterPlan, changed []int, pools func(int) []netip.Prefix) error {
+	return parallel.ForEach(changed, func(k int) error {
+		var p *cluster.Pools
+		if ps := pools(k); ps != nil {
+			p = &cluster.Pools{DockerNetwork: i.network}
+			for _, x := range ps {
+				p.CIDRs = append(p.CIDRs, x.String())
+			}
+		}
+		if err := i.source.SetPools(ctx, plans[k].KindName, p); err != nil {
+			return fmt.Errorf("cluster %s: %w", plans[k].Name, err)
+		}
+		return nil
+	})
+}
+
+// clash reads every record again and names a cluster of another
+// environment whose recorded pools overlap those just claimed, or "".
+func (i *Installer) clash(ctx context.Context, env string, pools [][]netip.Prefix, changed []int) (string, error) {
+	all, err := i.source.List(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reading which load-balancer pools other environments hold: %w", err)
+	}
+	hs, _ := holders(all, i.network, nil)
+	for _, h := range hs {
+		if h.env == env || h.inferred {
+			continue
+		}
+		for _, k := range changed {
+			for _, p := range pools[k] {
+				for _, q := range h.pools {
+					if p.Overlaps(q) {
+						return fmt.Sprintf("cluster %s of environment %q (%s)", h.cluster, h.env, q), nil
+					}
+				}
+			}
+		}
+	}
+	return "", nil
+}
+
+func join(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
