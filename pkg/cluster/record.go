@@ -104,7 +104,7 @@ func (p *Provider) writeRecord(ns []nodes.Node, r Record) error {
 }
 
 // SetPools records a kind cluster's load-balancer pools in meshctl's record
-// of it (nil forgets them), keeping the rest of the record.
+// of it, keeping the rest of the record.
 func (p *Provider) SetPools(ctx context.Context, kindName string, pools *Pools) error {
 	rec, err := p.readRecord(kindName)
 	if err != nil {

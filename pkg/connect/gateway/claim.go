@@ -67,7 +67,14 @@ func (i *Installer) claimPools(ctx context.Context, env string, plans []cluster.
 		if len(changed) == 0 {
 			return pools, nil
 		}
-		if err := i.record(ctx, plans, changed, func(k int) []netip.Prefix { return pools[k] }); err != nil {
+		claim := func(k int) *cluster.Pools {
+			p := &cluster.Pools{DockerNetwork: i.network}
+			for _, x := range pools[k] {
+				p.CIDRs = append(p.CIDRs, x.String())
+			}
+			return p
+		}
+		if err := i.record(ctx, plans, changed, claim); err != nil {
 			return nil, err
 		}
 		clash, err := i.clash(ctx, env, pools, changed)
@@ -82,7 +89,10 @@ func (i *Installer) claimPools(ctx context.Context, env string, plans []cluster.
 			}
 			return pools, nil
 		}
-		if err := i.record(ctx, plans, changed, func(k int) []netip.Prefix { return had[k] }); err != nil {
+		// a withdrawal restores the record as it was: nil, for a cluster an
+		// older meshctl connected, keeps its blocks inferred
+		prev := previous(all)
+		if err := i.record(ctx, plans, changed, func(k int) *cluster.Pools { return prev[plans[k].KindName] }); err != nil {
 			return nil, fmt.Errorf("withdrawing a load-balancer pool claim that collided with %s: %w", clash, err)
 		}
 		if attempt == maxClaimAttempts {
@@ -118,17 +128,21 @@ func requests(env string, plans []cluster.ClusterPlan, hs []holder) (reqs []requ
 	return reqs, idx, had
 }
 
-// record writes pools(k) into the records of the clusters changed.
-func (i *Installer) record(ctx context.Context, plans []cluster.ClusterPlan, changed []int, pools func(int) []netip.Prefix) error {
-	return parallel.ForEach(changed, func(k int) error {
-		var p *cluster.Pools
-		if ps := pools(k); ps != nil {
-			p = &cluster.Pools{DockerNetwork: i.network}
-			for _, x := range ps {
-				p.CIDRs = append(p.CIDRs, x.String())
-			}
+// previous is each kind cluster's record of pools, by kind name.
+func previous(all []cluster.Existing) map[string]*cluster.Pools {
+	out := map[string]*cluster.Pools{}
+	for _, e := range all {
+		if e.Record != nil && e.KindName != "" {
+			out[e.KindName] = e.Record.Pools
 		}
-		if err := i.source.SetPools(ctx, plans[k].KindName, p); err != nil {
+	}
+	return out
+}
+
+// record writes pools(k) into the records of the clusters changed.
+func (i *Installer) record(ctx context.Context, plans []cluster.ClusterPlan, changed []int, pools func(int) *cluster.Pools) error {
+	return parallel.ForEach(changed, func(k int) error {
+		if err := i.source.SetPools(ctx, plans[k].KindName, pools(k)); err != nil {
 			return fmt.Errorf("cluster %s: %w", plans[k].Name, err)
 		}
 		return nil

@@ -30,14 +30,24 @@ import (
 type machine struct {
 	mu      sync.Mutex
 	records map[string]cluster.Record // by kind name
-	// pause, when set, runs before each read and write: it lets concurrent
-	// claims interleave.
-	pause func()
+	// pause, when set, runs before each read ("list") and write
+	// ("set"): it lets concurrent claims interleave.
+	pause func(op string)
 }
 
 func newMachine() *machine { return &machine{records: map[string]cluster.Record{}} }
 
+// add records clusters as meshctl creates them: with empty pools.
 func (m *machine) add(env string, plans ...cluster.ClusterPlan) {
+	m.addRecords(env, &cluster.Pools{}, plans...)
+}
+
+// addLegacy records clusters as a meshctl that did not record pools did.
+func (m *machine) addLegacy(env string, plans ...cluster.ClusterPlan) {
+	m.addRecords(env, nil, plans...)
+}
+
+func (m *machine) addRecords(env string, pools *cluster.Pools, plans ...cluster.ClusterPlan) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range plans {
@@ -45,13 +55,13 @@ func (m *machine) add(env string, plans ...cluster.ClusterPlan) {
 		if p.Existing {
 			name = "existing/" + env + "/" + p.Name // an existing cluster's record is local
 		}
-		m.records[name] = cluster.Record{Env: env, Cluster: p}
+		m.records[name] = cluster.Record{Env: env, Cluster: p, Pools: pools}
 	}
 }
 
 func (m *machine) List(context.Context) ([]cluster.Existing, error) {
 	if m.pause != nil {
-		m.pause()
+		m.pause("list")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -71,7 +81,7 @@ func (m *machine) List(context.Context) ([]cluster.Existing, error) {
 
 func (m *machine) SetPools(_ context.Context, kindName string, pools *cluster.Pools) error {
 	if m.pause != nil {
-		m.pause()
+		m.pause("set")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -236,11 +236,12 @@ func fullError(network string, sp space, env, clusterName string, taken []holder
 }
 
 // holders reads, from the records of every cluster on the machine, the
-// pools held on network's subnets: recorded pools, and for a multi-network
-// environment whose clusters have none recorded (connected by an older
-// meshctl, or not yet connected) the blocks an older meshctl carved for it.
-// Assuming those is conservative: at worst a few blocks stay unused. It
-// also returns the kind clusters whose record cannot be read.
+// pools held on network's subnets: recorded pools, and for a cluster of a
+// multi-network environment that an older meshctl created (its record has
+// no pools at all, not even empty ones) the block that meshctl carved for
+// it, whether or not it connected the environment: assuming so is
+// conservative, at worst a block stays unused. It also returns the kind
+// clusters whose record cannot be read.
 func holders(all []cluster.Existing, network string, subnets []netip.Prefix) (hs []holder, unreadable []string) {
 	envs := map[string][]cluster.Record{}
 	for _, e := range all {

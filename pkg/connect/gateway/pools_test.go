@@ -230,6 +230,8 @@ func TestHolders(t *testing.T) {
 		rec("old", "c2", "n2", nil),
 		rec("one", "c1", "n1", nil), // one network: no pools
 		rec("one", "c2", "n1", nil),
+		rec("fresh", "c1", "n1", &cluster.Pools{}), // made by this meshctl, not connected yet
+		rec("fresh", "c2", "n2", &cluster.Pools{}),
 		rec("elsewhere", "c1", "n1", &cluster.Pools{DockerNetwork: "other", CIDRs: []string{"172.30.255.224/28"}}),
 		rec("elsewhere", "c2", "n2", &cluster.Pools{DockerNetwork: "other", CIDRs: []string{"172.30.255.208/28"}}),
 		{KindName: "stopped", Error: "container is not running"},
