@@ -70,7 +70,9 @@ func (r recordsOnly) Environment(context.Context, string) ([]cluster.ClusterPlan
 func (r recordsOnly) Kubeconfig(context.Context, string, string, bool) ([]byte, error) {
 	return nil, fmt.Errorf("not here")
 }
-func (r recordsOnly) List(ctx context.Context) ([]cluster.Existing, error) { return r.records.List(ctx) }
+func (r recordsOnly) List(ctx context.Context) ([]cluster.Existing, error) {
+	return r.records.List(ctx)
+}
 func (r recordsOnly) SetPools(ctx context.Context, kindName string, p *cluster.Pools) error {
 	return r.records.SetPools(ctx, kindName, p)
 }

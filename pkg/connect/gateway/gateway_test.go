@@ -268,7 +268,7 @@ func TestIntegrationInstall(t *testing.T) {
 
 	// Bad input is found before any cluster is touched.
 	_, err := newInstaller(WithSubnets(netip.MustParsePrefix("192.168.9.0/28"))).Install(ctx, "gw")
-	if err == nil || !strings.Contains(err.Error(), "192.168.9.0/28 is too small for 2 clusters") {
+	if err == nil || !strings.Contains(err.Error(), "192.168.9.0/28 is too small for load-balancer pools of 16 addresses") {
 		t.Fatalf("err = %v, want the too-small network named", err)
 	}
 	bad := &envSource{machine: src.machine, plans: src.plans, configs: map[string]*rest.Config{"cluster1": cfgs["cluster1"]}}
@@ -276,6 +276,11 @@ func TestIntegrationInstall(t *testing.T) {
 		t.Fatalf("err = %v, want the cluster without kubeconfig named", err)
 	}
 	noMetalLB("after bad input")
+	for _, p := range src.plans {
+		if got := src.pools(p.KindName); got != nil {
+			t.Fatalf("after bad input: %s has pools %v recorded, want none", p.Name, got)
+		}
+	}
 
 	// One network: nothing to do.
 	one := newEnvSource(nil, "gw", cfgs,
@@ -329,6 +334,9 @@ func TestIntegrationInstall(t *testing.T) {
 		}
 		if addrs, _, _ := unstructured.NestedStringSlice(pool.Object, "spec", "addresses"); !slices.Equal(addrs, wantPools[i]) {
 			t.Errorf("%s: IPAddressPool addresses %v", c.Cluster, addrs)
+		}
+		if rec := src.pools(src.plans[i].KindName); !slices.Equal(rec, wantPools[i]) {
+			t.Errorf("%s: recorded pools %v, want %v", c.Cluster, rec, wantPools[i])
 		}
 		if _, err := k.dyn.Resource(schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "l2advertisements"}).Namespace(MetalLBNamespace).Get(ctx, PoolName, metav1.GetOptions{}); err != nil {
 			t.Errorf("%s: L2Advertisement: %v", c.Cluster, err)
