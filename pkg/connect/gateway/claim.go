@@ -30,7 +30,8 @@ const maxClaimAttempts = 8
 // overlapping block. Since each process writes before it reads, of two
 // overlapping claims at least the later-written one sees the other, so two
 // overlapping claims never both stand. Both may withdraw: each then retries
-// after a random pause, and sees the other's claim once it stands. A claim
+// after a random pause, searching from a random block, and sees the
+// other's claim once it stands. A claim
 // is never withdrawn after it stood: it stays with the cluster, for reruns,
 // until the cluster is deleted.
 func (i *Installer) claimPools(ctx context.Context, env string, plans []cluster.ClusterPlan, subnets []netip.Prefix) ([][]netip.Prefix, error) {
@@ -44,6 +45,15 @@ func (i *Installer) claimPools(ctx context.Context, env string, plans []cluster.
 			i.logger.Warnf("cannot read meshctl's record of kind clusters %s: load-balancer pools they may have are not avoided", strings.Join(unreadable, ", "))
 		}
 		reqs, idx, had := requests(env, plans, hs)
+		if attempt > 1 {
+			// Two claims that collided saw the same free blocks; picked the
+			// same way again they would collide again. Retries start their
+			// search at a random block instead: determinism matters when
+			// nothing competes, not after a collision.
+			for j := range reqs {
+				reqs[j].prefer, reqs[j].from = 0, 1+uint64(rand.IntN(4*attempt*len(reqs)))
+			}
+		}
 		var taken []holder
 		for _, h := range hs {
 			if h.env != env {
@@ -82,11 +92,7 @@ func (i *Installer) claimPools(ctx context.Context, env string, plans []cluster.
 			return nil, err
 		}
 		if clash == "" {
-			for _, k := range changed {
-				if had[k] != nil {
-					i.logger.Warnf("%s: load-balancer pools moved from %s to %s (%s)", plans[k].Name, join(had[k]), join(pools[k]), "the old ones are outside the docker network's subnets")
-				}
-			}
+			i.warnMoves(plans, changed, had, pools, previous(all), subnets)
 			return pools, nil
 		}
 		// a withdrawal restores the record as it was: nil, for a cluster an
@@ -126,6 +132,30 @@ func requests(env string, plans []cluster.ClusterPlan, hs []holder) (reqs []requ
 		idx = append(idx, k)
 	}
 	return reqs, idx, had
+}
+
+// warnMoves says when a cluster's gateway address may change: its recorded
+// pools left the docker network's subnets (the network was recreated), or
+// an older meshctl gave it a block another environment holds now.
+func (i *Installer) warnMoves(plans []cluster.ClusterPlan, changed []int, had, pools [][]netip.Prefix, prev map[string]*cluster.Pools, subnets []netip.Prefix) {
+	chosen, _ := familySubnets(i.network, subnets)
+	for _, k := range changed {
+		p := plans[k]
+		switch {
+		case had[k] != nil:
+			i.logger.Warnf("%s: load-balancer pools moved from %s to %s: the old ones are not in docker network %q's subnets", p.Name, join(had[k]), join(pools[k]), i.network)
+		case prev[p.KindName] == nil:
+			for _, s := range chosen {
+				sp, err := newSpace(i.network, s, DefaultPoolSize)
+				if err != nil || uint64(k+1) > sp.max || !wantsFamily(p.IPFamily, s) {
+					continue
+				}
+				if old := sp.block(uint64(k + 1)); !slices.Contains(pools[k], old) {
+					i.logger.Warnf("%s: an older meshctl gave it the load-balancer pool %s, which another environment holds: it moves to %s, and its gateway's address with it", p.Name, old, join(pools[k]))
+				}
+			}
+		}
+	}
 }
 
 // previous is each kind cluster's record of pools, by kind name.

@@ -308,3 +308,49 @@ func TestClaimPoolsCollision(t *testing.T) {
 		}
 	}
 }
+
+// Two environments an older meshctl connected hold the same blocks (the
+// collision this allocation prevents). The first reconnected with this
+// meshctl moves, saying so; the other then keeps its blocks.
+func TestClaimPoolsMovesAnOldCollision(t *testing.T) {
+	t.Parallel()
+	m := newMachine()
+	x, old := twoNetworks("x", 2), twoNetworks("old", 2)
+	m.addLegacy("x", x...)
+	m.addLegacy("old", old...)
+	var out syncBuffer
+	i := claimer(recordsOnly{m})
+	i.logger = cli.NewLogger(&out)
+	xPools, err := i.claimPools(context.Background(), "x", x, i.subnets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "cluster1: an older meshctl gave it the load-balancer pool 172.18.255.224/28, which another environment holds: it moves to 172.18.255.192/28,fc00:f853:ccd:e793:ffff:ffff:ffff:ffc0/124"
+	if w := out.String(); !strings.Contains(w, want) || strings.Count(w, "older meshctl") != 4 {
+		t.Errorf("log:\n%s\nwant a warning for each family of both clusters, like %q", w, want)
+	}
+	out.mu.Lock()
+	out.b.Reset()
+	out.mu.Unlock()
+	oldPools, err := i.claimPools(context.Background(), "old", old, i.subnets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(oldPools); got != "[[172.18.255.224/28 fc00:f853:ccd:e793:ffff:ffff:ffff:ffe0/124] [172.18.255.208/28 fc00:f853:ccd:e793:ffff:ffff:ffff:ffd0/124]]" {
+		t.Errorf("old's pools %s, want the blocks it had", got)
+	}
+	if w := out.String(); w != "" {
+		t.Errorf("old kept its blocks but logged %s", w)
+	}
+	for k := range old {
+		for _, p := range oldPools[k] {
+			for _, xs := range xPools {
+				for _, q := range xs {
+					if p.Overlaps(q) {
+						t.Errorf("old's pool %s overlaps x's %s", p, q)
+					}
+				}
+			}
+		}
+	}
+}

@@ -48,6 +48,9 @@ type request struct {
 	// an older meshctl keeps its pools, and one alone on the machine gets
 	// the same pools as ever.
 	prefer uint64
+	// from is the block the search for a free one starts at (0 or 1: the
+	// top), wrapping around: claimPools spreads retries after a collision.
+	from uint64
 }
 
 // space is the blocks of one subnet.
@@ -156,7 +159,7 @@ func allocate(network string, subnets []netip.Prefix, size int, env string, reqs
 			if !wantsFamily(r.ipFamily, s) || got[k].IsValid() {
 				continue
 			}
-			b, ok := sp.free(used, r.prefer)
+			b, ok := sp.free(used, r.prefer, r.from)
 			if !ok {
 				return nil, fullError(network, sp, env, r.name, taken, used)
 			}
@@ -177,10 +180,11 @@ func allocate(network string, subnets []netip.Prefix, size int, env string, reqs
 	return out, nil
 }
 
-// free returns block prefer if it is free, else the free block nearest the
-// top. Used pools are blocks (of this or another pool size), so the search
-// ends after a few blocks per used pool, even in an IPv6 /64.
-func (sp space) free(used []netip.Prefix, prefer uint64) (netip.Prefix, bool) {
+// free returns block prefer if it is free, else the first free block from
+// block from (the top, if 0) down, wrapping around. Used pools are blocks
+// (of this or another pool size), so the search ends after a few blocks per
+// used pool, even in an IPv6 /64.
+func (sp space) free(used []netip.Prefix, prefer, from uint64) (netip.Prefix, bool) {
 	isFree := func(b netip.Prefix) bool {
 		for _, u := range used {
 			if u.Overlaps(b) {
@@ -192,7 +196,12 @@ func (sp space) free(used []netip.Prefix, prefer uint64) (netip.Prefix, bool) {
 	if prefer >= 1 && prefer <= sp.max && isFree(sp.block(prefer)) {
 		return sp.block(prefer), true
 	}
-	for k := uint64(1); k <= sp.max; k++ {
+	if from < 1 {
+		from = 1
+	}
+	from = 1 + (from-1)%sp.max
+	for n := uint64(0); n < sp.max; n++ {
+		k := 1 + (from-1+n)%sp.max
 		if b := sp.block(k); isFree(b) {
 			return b, true
 		}
@@ -248,10 +257,9 @@ func holders(all []cluster.Existing, network string, subnets []netip.Prefix) (hs
 		switch {
 		case e.Error != "":
 			unreadable = append(unreadable, fmt.Sprintf("%s (%s)", e.KindName, e.Error))
-		case e.Record != nil && e.KindName != "":
-			envs[e.Env()] = append(envs[e.Env()], *e.Record)
 		case e.Record != nil:
-			// an existing cluster: it counts for positions, holds nothing
+			// existing clusters too: they hold nothing, but count for
+			// positions as they did for older meshctl versions
 			envs[e.Env()] = append(envs[e.Env()], *e.Record)
 		}
 	}

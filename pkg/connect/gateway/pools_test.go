@@ -84,6 +84,10 @@ func TestAllocate(t *testing.T) {
 		{name: "IPv6 blocks of other environments are avoided too", subnets: []string{"172.18.0.0/16", "fc00::/64"}, reqs: reqs(1, cluster.Dual),
 			taken: []holder{held("a", "172.18.255.224/28", "fc00::ffff:ffff:ffff:ffe0/124"), held("v6only", "fc00::ffff:ffff:ffff:ffd0/124")},
 			want:  [][]string{{"172.18.255.208/28", "fc00::ffff:ffff:ffff:ffc0/124"}}},
+		{name: "a search from a block wraps around", subnets: []string{"192.168.1.0/24"},
+			reqs:  []request{{name: "from6", from: 6}, {name: "from20", from: 20}, {name: "wraps", from: 7}},
+			taken: []holder{held("a", "192.168.1.224/28")},
+			want:  [][]string{{"192.168.1.144/28"}, {"192.168.1.128/28"}, {"192.168.1.208/28"}}}, // blocks 6, 7 (20 wraps to 6, used), 2 (7 used, wraps past 1, taken)
 		{name: "held blocks are kept, and kept first", subnets: []string{"172.18.0.0/16"},
 			reqs: []request{{name: "new", prefer: 1}, {name: "old", prefer: 2, have: prefixes("172.18.255.224/28")}, {name: "far", prefer: 3, have: prefixes("172.18.200.0/28")}},
 			want: [][]string{{"172.18.255.208/28"}, {"172.18.255.224/28"}, {"172.18.200.0/28"}}},
