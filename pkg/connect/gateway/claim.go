@@ -23,17 +23,16 @@ const maxClaimAttempts = 8
 // existing clusters).
 //
 // Concurrency: two `meshctl up` started together on a fresh machine both see
-// the same free blocks. There is no lock that both a host file and a CI
-// container sharing only the docker socket would see, so claims are
-// optimistic instead: write the claim into the records, read every record
-// again, and withdraw if a cluster of another environment now holds an
-// overlapping block. Since each process writes before it reads, of two
-// overlapping claims at least the later-written one sees the other, so two
-// overlapping claims never both stand. Both may withdraw: each then retries
-// after a random pause, searching from a random block, and sees the
-// other's claim once it stands. A claim
-// is never withdrawn after it stood: it stays with the cluster, for reruns,
-// until the cluster is deleted.
+// the same free blocks. A lock file on the host would not cover two CI
+// containers that share only the docker socket, and docker offers no lock,
+// so claims are optimistic instead: write the claim into the records, read
+// every record again, and withdraw if a cluster of another environment now
+// holds an overlapping block. Since each process writes before it reads, of
+// two overlapping claims at least the later-written one sees the other, so
+// two overlapping claims never both stand. Both may withdraw: each then
+// retries after a random pause, searching from a random block, and sees the
+// other's claim once it stands. A claim is never withdrawn after it stood:
+// it stays with the cluster, for reruns, until the cluster is deleted.
 func (i *Installer) claimPools(ctx context.Context, env string, plans []cluster.ClusterPlan, subnets []netip.Prefix) ([][]netip.Prefix, error) {
 	for attempt := 1; ; attempt++ {
 		all, err := i.source.List(ctx)
