@@ -179,6 +179,9 @@ spec:
 		}
 	})
 
+	// (only the first environment reconnects: it is the one that must keep
+	// blocks while the other holds blocks too; the other's rerun costs
+	// ~20 s and is covered by pkg/connect/gateway's integration test)
 	It("changes nothing when connect runs again", func(ctx SpecContext) {
 		// objects MetalLB's controller also writes (CA bundles), and ours;
 		// a second apply within the same second would hide a change, so wait
@@ -233,12 +236,6 @@ spec:
 			Expect(gw.Pools).To(Equal(up.Gateways[i].Pools))
 		}
 		Expect(versions()).To(Equal(before), "a rerun changed objects")
-		// the other environment's pools stay too
-		meshctlJSON(&again, "connect", "--env", envs[1])
-		for i, gw := range again.Gateways {
-			Expect(gw.Pools).To(Equal(ups[1].Gateways[i].Pools))
-			Expect(gw.Addresses).To(Equal(ups[1].Gateways[i].Addresses))
-		}
 	})
 
 	It("deletes its clusters", func() {
