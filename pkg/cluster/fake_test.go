@@ -197,7 +197,7 @@ func (c *fakeCmd) SetStdout(w io.Writer) exec.Cmd { c.stdout = w; return c }
 func (c *fakeCmd) SetStderr(io.Writer) exec.Cmd   { return c }
 
 var (
-	writeRE = regexp.MustCompile(`cat > '?([^' ]+)'?$`)
+	writeRE = regexp.MustCompile(`cat > '?([^' ]+?)(?:\.tmp && mv \S+ \S+)?'?$`)
 	readRE  = regexp.MustCompile(`^test -f (\S+) && cat`)
 )
 

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -26,6 +27,19 @@ type Record struct {
 	Cluster   ClusterPlan `json:"cluster"`
 	Version   string      `json:"meshctlVersion"`
 	CreatedAt time.Time   `json:"createdAt"`
+	// Pools are the MetalLB address pools pkg/connect/gateway gave the
+	// cluster. They live in the record because every meshctl on the machine
+	// reads every kind cluster's record anyway (List): that is how an
+	// environment finds the blocks other environments hold on the shared
+	// docker network, without credentials for their clusters.
+	Pools *Pools `json:"loadBalancerPools,omitempty"`
+}
+
+// Pools are a kind cluster's load-balancer address pools, one CIDR per IP
+// family, carved from a docker network.
+type Pools struct {
+	DockerNetwork string   `json:"dockerNetwork"`
+	CIDRs         []string `json:"cidrs"`
 }
 
 // errNoRecord means the cluster exists but meshctl did not (finish to) create it.
@@ -78,10 +92,31 @@ func (p *Provider) writeRecord(ns []nodes.Node, r Record) error {
 	if err != nil {
 		return fmt.Errorf("encoding record: %w", err)
 	}
-	cmd := cp.Command("sh", "-c", "mkdir -p /kind/meshctl && cat > "+recordPath)
+	// Written beside and renamed: other meshctl processes read records at
+	// any time (pools are claimed concurrently), and must never see half
+	// of one.
+	cmd := cp.Command("sh", "-c", "mkdir -p /kind/meshctl && cat > "+recordPath+".tmp && mv "+recordPath+".tmp "+recordPath)
 	cmd.SetStdin(bytes.NewReader(data))
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("writing meshctl record on %s: %w", cp, runErr(err))
+	}
+	return nil
+}
+
+// SetPools records a kind cluster's load-balancer pools in meshctl's record
+// of it, keeping the rest of the record.
+func (p *Provider) SetPools(ctx context.Context, kindName string, pools *Pools) error {
+	rec, err := p.readRecord(kindName)
+	if err != nil {
+		return fmt.Errorf("recording the load-balancer pools of kind cluster %s: %w", kindName, err)
+	}
+	rec.Pools = pools
+	ns, err := p.kind.ListNodes(kindName)
+	if err != nil {
+		return fmt.Errorf("listing nodes of %s: %w", kindName, err)
+	}
+	if err := p.writeRecord(ns, *rec); err != nil {
+		return fmt.Errorf("recording the load-balancer pools of kind cluster %s: %w", kindName, err)
 	}
 	return nil
 }

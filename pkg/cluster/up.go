@@ -288,7 +288,9 @@ func (p *Provider) createOne(plan *Plan, c ClusterPlan, wait time.Duration) erro
 	if err != nil {
 		return fmt.Errorf("cluster %q: listing nodes: %w", c.Name, err)
 	}
-	rec := Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC()}
+	// Empty pools, not none: a record without them was written by a meshctl
+	// that did not record pools, whose blocks other environments must infer.
+	rec := Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC(), Pools: &Pools{}}
 	if err := p.writeRecord(ns, rec); err != nil {
 		return fmt.Errorf("cluster %q: %w", c.Name, err)
 	}

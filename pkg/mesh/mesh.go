@@ -43,6 +43,8 @@ type Provider interface {
 	KubeconfigPath(env, name string, internal bool) string
 	Status(ctx context.Context, env, registry string) (*cluster.StatusResult, error)
 	Exec(ctx context.Context, kindName, node string, stdin []byte, argv ...string) error
+	List(ctx context.Context) ([]cluster.Existing, error)
+	SetPools(ctx context.Context, kindName string, pools *cluster.Pools) error
 }
 
 // Steps of Up, as StepError names them.

@@ -53,6 +53,12 @@ func (f *fakeProvider) Status(context.Context, string, string) (*cluster.StatusR
 
 func (f *fakeProvider) Exec(context.Context, string, string, []byte, ...string) error { return nil }
 
+func (f *fakeProvider) List(context.Context) ([]cluster.Existing, error) { return nil, nil }
+
+func (f *fakeProvider) SetPools(context.Context, string, *cluster.Pools) error {
+	return errors.New("no clusters")
+}
+
 // staticBinary builds a tiny static program for the dataplane image.
 func staticBinary(t *testing.T) string {
 	return testbin.Static(t, "meshctl", "package main\n\nfunc main() {}\n")

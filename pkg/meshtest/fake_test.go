@@ -30,6 +30,7 @@ type fakeProvider struct {
 	downs       []string
 	upErr       error
 	upAction    string
+	pools       map[string]*cluster.Pools // by kind name
 }
 
 func (f *fakeProvider) kubeconfig(i int) []byte {
@@ -107,6 +108,36 @@ func (f *fakeProvider) Down(_ context.Context, env string, opts ...cluster.DownO
 	f.downs = append(f.downs, env)
 	f.clusters = nil
 	return &cluster.DownResult{Env: env}, nil
+}
+
+// List reports the environment's clusters with their records, as
+// cluster.Provider does for every kind cluster on the machine.
+func (f *fakeProvider) List(context.Context) ([]cluster.Existing, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []cluster.Existing
+	for _, c := range f.clusters {
+		rec := &cluster.Record{Env: f.env, Cluster: c, Pools: &cluster.Pools{}}
+		if p, ok := f.pools[c.KindName]; ok {
+			rec.Pools = p
+		}
+		kindName := c.KindName
+		if c.Existing {
+			kindName = ""
+		}
+		out = append(out, cluster.Existing{KindName: kindName, Record: rec})
+	}
+	return out, nil
+}
+
+func (f *fakeProvider) SetPools(_ context.Context, kindName string, pools *cluster.Pools) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pools == nil {
+		f.pools = map[string]*cluster.Pools{}
+	}
+	f.pools[kindName] = pools
+	return nil
 }
 
 func (f *fakeProvider) Exec(_ context.Context, kindName, node string, stdin []byte, argv ...string) error {

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -19,14 +20,22 @@ import (
 	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
+// Two multi-network environments come up at the same moment on the one
+// kind docker network, as two CI jobs or two suites on one machine do: each
+// claims MetalLB pools while the other does, and their gateways must still
+// get disjoint pools — two speakers answering ARP for one address would send
+// one environment's cross-network traffic to the other's gateway.
 var _ = Describe("east-west gateways between networks", Ordered, func() {
-	gwEnv := env + "-mn"
-	var upArgs []string
-	var up struct {
+	envs := []string{env + "-mn", env + "-mn2"}
+	gwEnv := envs[0]
+	type upOutput struct {
 		cluster.UpResult
 		Gateways []gateway.ClusterResult `json:"gateways"`
 	}
-	byName := map[string]cluster.ClusterResult{}
+	ups := make([]upOutput, len(envs))
+	up := &ups[0]
+	kindNames := map[string]string{} // "<env>/<cluster>" → kind name
+	meshes := make([]*meshtest.Env, len(envs))
 	var mesh *meshtest.Env
 
 	BeforeAll(func(ctx SpecContext) {
@@ -39,25 +48,35 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 				Skip(reason)
 			}
 		}
-		upArgs = []string{"up", "--env", gwEnv, "--clusters", "2", "--networks", "2", "--image", suite.image, "--registry=false", "--install=false"}
 		DeferCleanup(func() {
 			if keep() {
 				return
 			}
-			_, _, _ = meshctlResult("down", "--env", gwEnv)
+			for _, e := range envs {
+				_, _, _ = meshctlResult("down", "--env", e)
+			}
 		})
-		meshctlJSON(&up, upArgs...)
+		var wg sync.WaitGroup
+		for k, e := range envs {
+			wg.Add(1)
+			go func() {
+				defer GinkgoRecover()
+				defer wg.Done()
+				meshctlJSON(&ups[k], "up", "--env", e, "--clusters", "2", "--networks", "2", "--image", suite.image, "--registry=false", "--install=false")
+			}()
+		}
+		wg.Wait()
+		for k, e := range envs {
+			for _, c := range ups[k].Clusters {
+				kindNames[e+"/"+c.Name] = c.KindName
+			}
+		}
 		mesh = attach(ctx, gwEnv, meshtest.WithClusters(2), meshtest.WithNetworks(2))
+		meshes[0] = mesh
+		meshes[1] = reuse(ctx, envs[1], meshtest.WithClusters(2), meshtest.WithNetworks(2))
 	})
 
-	It("gives each cluster MetalLB and a gateway address from its own pool", func(ctx SpecContext) {
-		Expect(up.Clusters).To(HaveLen(2))
-		for _, c := range up.Clusters {
-			byName[c.Name] = c
-		}
-		Expect(up.Gateways).To(HaveLen(2))
-		Expect(up.Gateways[0].Network).NotTo(Equal(up.Gateways[1].Network))
-
+	It("gives each cluster MetalLB and a gateway address from its own pool, disjoint across both environments", func(ctx SpecContext) {
 		out, err := docker("network", "inspect", cluster.KindNetwork(), "--format", "{{json .IPAM.Config}}")
 		Expect(err).NotTo(HaveOccurred(), out)
 		var ipam []struct{ Subnet string }
@@ -68,58 +87,65 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 		}
 
 		var all []netip.Prefix
-		for _, gw := range up.Gateways {
-			Expect(gw.Service).To(Equal("istio-system/istio-eastwestgateway"))
-			Expect(gw.Addresses).NotTo(BeEmpty(), gw.Cluster)
-			var pools []netip.Prefix
-			for _, p := range gw.Pools {
-				pr := netip.MustParsePrefix(p)
-				inNetwork := false
-				for _, s := range subnets {
-					inNetwork = inNetwork || s.Contains(pr.Addr())
+		for k, u := range ups {
+			Expect(u.Clusters).To(HaveLen(2))
+			Expect(u.Gateways).To(HaveLen(2))
+			Expect(u.Gateways[0].Network).NotTo(Equal(u.Gateways[1].Network))
+			for _, gw := range u.Gateways {
+				Expect(gw.Service).To(Equal("istio-system/istio-eastwestgateway"))
+				Expect(gw.Addresses).NotTo(BeEmpty(), gw.Cluster)
+				var pools []netip.Prefix
+				for _, p := range gw.Pools {
+					pr := netip.MustParsePrefix(p)
+					inNetwork := false
+					for _, s := range subnets {
+						inNetwork = inNetwork || s.Contains(pr.Addr())
+					}
+					Expect(inNetwork).To(BeTrue(), "pool %s of %s/%s is outside the kind network %v", p, envs[k], gw.Cluster, subnets)
+					for _, other := range all {
+						Expect(other.Overlaps(pr)).To(BeFalse(), "pools %s and %s (of %s/%s) overlap", other, pr, envs[k], gw.Cluster)
+					}
+					pools = append(pools, pr)
 				}
-				Expect(inNetwork).To(BeTrue(), "pool %s of %s is outside the kind network %v", p, gw.Cluster, subnets)
-				for _, other := range all {
-					Expect(other.Overlaps(pr)).To(BeFalse(), "pools %s and %s overlap", other, pr)
+				all = append(all, pools...)
+				addr := netip.MustParseAddr(gw.Address())
+				inPool := false
+				for _, p := range pools {
+					inPool = inPool || p.Contains(addr)
 				}
-				pools = append(pools, pr)
-			}
-			all = append(all, pools...)
-			addr := netip.MustParseAddr(gw.Address())
-			inPool := false
-			for _, p := range pools {
-				inPool = inPool || p.Contains(addr)
-			}
-			Expect(inPool).To(BeTrue(), "%s's gateway address %s is not from its pools %v", gw.Cluster, addr, pools)
+				Expect(inPool).To(BeTrue(), "%s/%s's gateway address %s is not from its pools %v", envs[k], gw.Cluster, addr, pools)
 
-			cs := mesh.Cluster(gw.Cluster).Kube
-			svc, err := cs.CoreV1().Services("istio-system").Get(ctx, "istio-eastwestgateway", metav1.GetOptions{})
-			Expect(err).NotTo(HaveOccurred())
-			Expect(svc.Spec.Type).To(Equal(corev1.ServiceTypeLoadBalancer))
-			Expect(svc.Labels).To(HaveKeyWithValue("topology.istio.io/network", gw.Network))
-			Expect(svc.Status.LoadBalancer.Ingress).NotTo(BeEmpty())
-			Expect(svc.Status.LoadBalancer.Ingress[0].IP).To(Equal(gw.Address()))
+				cs := meshes[k].Cluster(gw.Cluster).Kube
+				svc, err := cs.CoreV1().Services("istio-system").Get(ctx, "istio-eastwestgateway", metav1.GetOptions{})
+				Expect(err).NotTo(HaveOccurred())
+				Expect(svc.Spec.Type).To(Equal(corev1.ServiceTypeLoadBalancer))
+				Expect(svc.Labels).To(HaveKeyWithValue("topology.istio.io/network", gw.Network))
+				Expect(svc.Status.LoadBalancer.Ingress).NotTo(BeEmpty())
+				Expect(svc.Status.LoadBalancer.Ingress[0].IP).To(Equal(gw.Address()))
 
-			pods, err := cs.CoreV1().Pods("metallb-system").List(ctx, metav1.ListOptions{LabelSelector: "app=metallb"})
-			Expect(err).NotTo(HaveOccurred())
-			components := map[string]bool{}
-			for _, p := range pods.Items {
-				Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "%s: %s", gw.Cluster, p.Name)
-				components[p.Labels["component"]] = true
-				Expect(p.Spec.Containers[0].Image).To(HavePrefix("meshctl/metallb-"))
+				pods, err := cs.CoreV1().Pods("metallb-system").List(ctx, metav1.ListOptions{LabelSelector: "app=metallb"})
+				Expect(err).NotTo(HaveOccurred())
+				components := map[string]bool{}
+				for _, p := range pods.Items {
+					Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "%s/%s: %s", envs[k], gw.Cluster, p.Name)
+					components[p.Labels["component"]] = true
+					Expect(p.Spec.Containers[0].Image).To(HavePrefix("meshctl/metallb-"))
+				}
+				Expect(components).To(HaveKey("controller"))
+				Expect(components).To(HaveKey("speaker"))
 			}
-			Expect(components).To(HaveKey("controller"))
-			Expect(components).To(HaveKey("speaker"))
 		}
 	})
 
-	It("answers TCP on the gateway address from the other network's node", func(ctx SpecContext) {
-		for _, gw := range up.Gateways {
-			// a stand-in for the gateway pods the dataplane will deploy:
-			// the labels the Service selects, a listener on the status port
-			labels, err := json.Marshal(gateway.GatewaySelector(gw.Network))
-			Expect(err).NotTo(HaveOccurred())
-			mesh.Cluster(gw.Cluster).Apply(ctx, "istio-system", fmt.Sprintf(`apiVersion: v1
+	It("answers TCP on each gateway address, from the other network's node and from the other environment", func(ctx SpecContext) {
+		for k, u := range ups {
+			for _, gw := range u.Gateways {
+				// a stand-in for the gateway pods the dataplane will deploy:
+				// the labels the Service selects, a listener on the status
+				// port that says whose gateway answered
+				labels, err := json.Marshal(gateway.GatewaySelector(gw.Network))
+				Expect(err).NotTo(HaveOccurred())
+				meshes[k].Cluster(gw.Cluster).Apply(ctx, "istio-system", fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
   name: fake-eastwestgateway
@@ -129,22 +155,33 @@ spec:
   - name: listen
     image: %s
     imagePullPolicy: Never
-    command: [sh, -c, "while true; do echo meshctl-gw-%s | nc -l -p 15021; done"]
-`, labels, suite.testImage, gw.Cluster))
+    command: [sh, -c, "while true; do echo meshctl-gw-%s-%s | nc -l -p 15021; done"]
+`, labels, suite.testImage, envs[k], gw.Cluster))
+			}
 		}
-		for i, gw := range up.Gateways {
-			other := up.Gateways[1-i]
-			node := byName[other.Cluster].KindName + "-control-plane"
-			// bash's /dev/tcp: the node image has bash and coreutils, not nc
-			script := "exec 3<>/dev/tcp/" + gw.Address() + "/15021 && timeout 5 cat <&3"
-			Eventually(func() string {
-				out, _ := docker("exec", node, "bash", "-c", script)
-				return out
-			}).WithTimeout(3*time.Minute).WithPolling(3*time.Second).Should(ContainSubstring("meshctl-gw-"+gw.Cluster),
-				"from %s (%s) to %s's gateway %s:15021", node, other.Network, gw.Cluster, gw.Address())
+		for k, u := range ups {
+			for i, gw := range u.Gateways {
+				other := u.Gateways[1-i]
+				from := []string{
+					kindNames[envs[k]+"/"+other.Cluster] + "-control-plane", // the other network
+					kindNames[envs[1-k]+"/"+gw.Cluster] + "-control-plane",  // the other environment
+				}
+				for _, node := range from {
+					// bash's /dev/tcp: the node image has bash and coreutils, not nc
+					script := "exec 3<>/dev/tcp/" + gw.Address() + "/15021 && timeout 5 cat <&3"
+					Eventually(func() string {
+						out, _ := docker("exec", node, "bash", "-c", script)
+						return out
+					}).WithTimeout(3*time.Minute).WithPolling(3*time.Second).Should(ContainSubstring("meshctl-gw-"+envs[k]+"-"+gw.Cluster),
+						"from %s to %s/%s's gateway %s:15021", node, envs[k], gw.Cluster, gw.Address())
+				}
+			}
 		}
 	})
 
+	// (only the first environment reconnects: it is the one that must keep
+	// blocks while the other holds blocks too; the other's rerun costs
+	// ~20 s and is covered by pkg/connect/gateway's integration test)
 	It("changes nothing when connect runs again", func(ctx SpecContext) {
 		// objects MetalLB's controller also writes (CA bundles), and ours;
 		// a second apply within the same second would hide a change, so wait
@@ -203,10 +240,14 @@ spec:
 
 	It("deletes its clusters", func() {
 		current = nil // nothing left to collect artifacts from
-		var down cluster.DownResult
-		meshctlJSON(&down, "down", "--env", gwEnv)
-		Expect(down.Deleted).To(ConsistOf(gwEnv+"-cluster1", gwEnv+"-cluster2"))
+		for _, e := range envs {
+			var down cluster.DownResult
+			meshctlJSON(&down, "down", "--env", e)
+			Expect(down.Deleted).To(ConsistOf(e+"-cluster1", e+"-cluster2"))
+		}
 		out, _ := docker("ps", "-a", "--filter", "label=io.x-k8s.kind.cluster", "--format", "{{.Names}}")
-		Expect(out).NotTo(ContainSubstring(gwEnv + "-"))
+		for _, e := range envs {
+			Expect(out).NotTo(ContainSubstring(e + "-"))
+		}
 	})
 })

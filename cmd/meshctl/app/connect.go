@@ -23,12 +23,18 @@ adding a cluster, say.
 Clusters on different networks get no routes: in an environment with more than
 one network, every cluster gets MetalLB (L2 mode; its images side-loaded into
 the nodes when the docker engine has them), an address pool of its own carved
-from the top of the kind docker network (IPv4, and IPv6 when the network has
-it), and the east-west gateway Service istio-system/istio-eastwestgateway
+from the top half of the kind docker network (IPv4, and IPv6 when the network
+has it), and the east-west gateway Service istio-system/istio-eastwestgateway
 (type LoadBalancer, ports 15008 15443 15012 15017 15021), whose external
 address is reported. The gateway pods come with the dataplane; the Service
 selects app=istio-eastwestgateway, istio=eastwestgateway and
 topology.istio.io/network=<network>. ` + "`up`" + ` connects the clusters it creates.
+
+Pools are disjoint across every environment on the docker network: each
+cluster's pools are recorded on its control-plane node, a rerun keeps them,
+another environment gets blocks no other cluster holds (freed when its
+cluster is deleted), and a full subnet is an error that names the
+environments holding its blocks.
 
 Then every primary gets, for each other cluster, an Istio remote secret
 (istio-system/istio-remote-secret-<cluster>) whose kubeconfig reaches that

@@ -11,11 +11,16 @@
 // (istio-system/istio-eastwestgateway, type LoadBalancer), whose external
 // address is what meshNetworks renders for the cluster's network.
 //
-// Pools are indexed by a cluster's position in its environment (mesh-name
-// order), so they are stable across reruns; two multi-network environments
-// on the same docker network would get the same pools (MetalLB answers ARP
-// for both): give the second one its own network with
-// KIND_EXPERIMENTAL_DOCKER_NETWORK.
+// Every kind cluster on the docker network shares it, whatever its
+// environment, so pools are allocated machine-wide (pools.go, claim.go):
+// each cluster's pools are recorded in meshctl's record of it on its
+// control-plane node (cluster.Record.Pools), a rerun keeps them, and an
+// environment gets only blocks that no cluster of another environment holds
+// — two MetalLB speakers answering ARP for one address would break
+// cross-network traffic. Claims are optimistic: written, read back, and
+// withdrawn and retried if a concurrent meshctl claimed the same blocks.
+// Blocks come back when their cluster is deleted. A full subnet is an error
+// naming the environments that hold its blocks.
 //
 // The gateway pods themselves come later, from the dataplane install: they
 // must carry the labels the Service selects (see GatewaySelector).

@@ -43,10 +43,9 @@ func TestIntegrationExistingClusterGetsOnlyTheService(t *testing.T) {
 		t.Skip("starts two kube-apiservers")
 	}
 	kindCfg, existingCfg := testenv.New(t), testenv.New(t)
-	src := &envSource{configs: map[string]*rest.Config{"kind1": kindCfg, "cloud": existingCfg}, plans: []cluster.ClusterPlan{
-		{Name: "cloud", Network: "network-2", Existing: true},
-		{Name: "kind1", KindName: "gw-kind1", Network: "network-1"},
-	}}
+	src := newEnvSource(nil, "gw", map[string]*rest.Config{"kind1": kindCfg, "cloud": existingCfg},
+		cluster.ClusterPlan{Name: "cloud", Network: "network-2", Existing: true},
+		cluster.ClusterPlan{Name: "kind1", KindName: "gw-kind1", Network: "network-1"})
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	standIn(ctx, t, kindCfg)

@@ -20,11 +20,14 @@ import (
 // gateway's address: a MetalLB cold start on a busy machine takes a minute.
 const DefaultTimeout = 5 * time.Minute
 
-// Source reports an environment's clusters and their kubeconfigs;
-// cluster.Provider is one.
+// Source reports an environment's clusters and their kubeconfigs, and
+// every cluster on the machine with meshctl's record of it, where each kind
+// cluster's load-balancer pools are recorded; cluster.Provider is one.
 type Source interface {
 	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
 	Kubeconfig(ctx context.Context, env, name string, internal bool) ([]byte, error)
+	List(ctx context.Context) ([]cluster.Existing, error)
+	SetPools(ctx context.Context, kindName string, pools *cluster.Pools) error
 }
 
 // ImageLoader makes images available to a kind cluster's nodes.
@@ -46,6 +49,7 @@ type Installer struct {
 	speakerImage    string
 	timeout         time.Duration
 	poll            time.Duration
+	claimPause      time.Duration
 	restConfig      func(kubeconfig []byte) (*rest.Config, error)
 }
 
@@ -105,6 +109,7 @@ func New(source Source, opts ...Option) *Installer {
 		speakerImage:    DefaultSpeakerImage,
 		timeout:         DefaultTimeout,
 		poll:            2 * time.Second,
+		claimPause:      250 * time.Millisecond,
 		restConfig:      clientcmd.RESTConfigFromKubeConfig,
 	}
 	for _, o := range opts {
@@ -228,25 +233,10 @@ func multiNetwork(plans []cluster.ClusterPlan) bool {
 	return false
 }
 
-// targets validates everything before anything is changed: the pools fit
-// the docker network and every kubeconfig reads.
+// targets validates everything before anything is changed — every
+// kubeconfig reads and the pools fit the docker network — then claims the
+// pools.
 func (i *Installer) targets(ctx context.Context, env string, plans []cluster.ClusterPlan) ([]target, error) {
-	// Only kind clusters get MetalLB pools carved from the docker network:
-	// an environment of existing clusters alone needs no Docker at all.
-	var pools [][]netip.Prefix
-	if anyKind(plans) {
-		subnets := i.subnets
-		if subnets == nil {
-			var err error
-			if subnets, err = dockerSubnets(ctx, i.docker, i.network); err != nil {
-				return nil, err
-			}
-		}
-		var err error
-		if pools, err = carvePools(i.network, subnets, len(plans), i.poolSize); err != nil {
-			return nil, err
-		}
-	}
 	var out []target
 	for k, p := range plans {
 		kc, err := i.source.Kubeconfig(ctx, env, p.Name, false)
@@ -257,16 +247,29 @@ func (i *Installer) targets(ctx context.Context, env string, plans []cluster.Clu
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: kubeconfig: %w", p.Name, err)
 		}
-		t := target{index: k, plan: p, cfg: cfg}
-		// An existing (non-kind) cluster is not on the kind network: its
-		// load balancers are its own (a cloud's, or whatever it runs), so
-		// it gets no MetalLB and no pool, only the gateway Service.
-		if !p.Existing {
-			if t.pools, err = familyPools(p, pools[k], i.network); err != nil {
-				return nil, err
-			}
+		out = append(out, target{index: k, plan: p, cfg: cfg})
+	}
+	// Only kind clusters get MetalLB pools carved from the docker network:
+	// an environment of existing clusters alone needs no Docker at all. An
+	// existing cluster is not on the kind network: its load balancers are
+	// its own (a cloud's, or whatever it runs), so it gets no MetalLB and
+	// no pool, only the gateway Service.
+	if !anyKind(plans) {
+		return out, nil
+	}
+	subnets := i.subnets
+	if subnets == nil {
+		var err error
+		if subnets, err = dockerSubnets(ctx, i.docker, i.network); err != nil {
+			return nil, err
 		}
-		out = append(out, t)
+	}
+	pools, err := i.claimPools(ctx, env, plans, subnets)
+	if err != nil {
+		return nil, err
+	}
+	for k := range out {
+		out[k].pools = pools[k]
 	}
 	return out, nil
 }
@@ -278,24 +281,6 @@ func anyKind(plans []cluster.ClusterPlan) bool {
 		}
 	}
 	return false
-}
-
-// familyPools keeps the pools of the cluster's IP families: MetalLB gives a
-// PreferDualStack Service an address of every family its pool has, even in
-// a single-stack cluster whose kube-proxy serves only one.
-func familyPools(p cluster.ClusterPlan, pools []netip.Prefix, network string) ([]netip.Prefix, error) {
-	want4 := p.IPFamily != cluster.IPv6
-	want6 := p.IPFamily == cluster.IPv6 || p.IPFamily == cluster.Dual
-	var out []netip.Prefix
-	for _, pr := range pools {
-		if (pr.Addr().Is4() && want4) || (pr.Addr().Is6() && want6) {
-			out = append(out, pr)
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("cluster %s (%s): docker network %q has no subnet of its IP family to carve load-balancer addresses from", p.Name, p.IPFamily, network)
-	}
-	return out, nil
 }
 
 // installOne is the story of one cluster: images, MetalLB, its pool, the

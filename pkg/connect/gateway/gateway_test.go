@@ -24,10 +24,101 @@ import (
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
-// envSource is an environment whose clusters are testenv API servers.
+// machine holds meshctl's records of every kind cluster on a machine, as
+// cluster.Provider keeps them on the nodes: several envSources share one to
+// play several environments on one docker network.
+type machine struct {
+	mu      sync.Mutex
+	records map[string]cluster.Record // by kind name
+	// pause, when set, runs before each read ("list") and write
+	// ("set"): it lets concurrent claims interleave.
+	pause func(op string)
+}
+
+func newMachine() *machine { return &machine{records: map[string]cluster.Record{}} }
+
+// add records clusters as meshctl creates them: with empty pools.
+func (m *machine) add(env string, plans ...cluster.ClusterPlan) {
+	m.addRecords(env, &cluster.Pools{}, plans...)
+}
+
+// addLegacy records clusters as a meshctl that did not record pools did.
+func (m *machine) addLegacy(env string, plans ...cluster.ClusterPlan) {
+	m.addRecords(env, nil, plans...)
+}
+
+func (m *machine) addRecords(env string, pools *cluster.Pools, plans ...cluster.ClusterPlan) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range plans {
+		name := p.KindName
+		if p.Existing {
+			name = "existing/" + env + "/" + p.Name // an existing cluster's record is local
+		}
+		m.records[name] = cluster.Record{Env: env, Cluster: p, Pools: pools}
+	}
+}
+
+func (m *machine) List(context.Context) ([]cluster.Existing, error) {
+	if m.pause != nil {
+		m.pause("list")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []cluster.Existing
+	for name, r := range m.records {
+		if r.Pools != nil {
+			p := *r.Pools
+			r.Pools = &p
+		}
+		if r.Cluster.Existing {
+			name = ""
+		}
+		out = append(out, cluster.Existing{KindName: name, Record: &r})
+	}
+	return out, nil
+}
+
+func (m *machine) SetPools(_ context.Context, kindName string, pools *cluster.Pools) error {
+	if m.pause != nil {
+		m.pause("set")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.records[kindName]
+	if !ok {
+		return fmt.Errorf("no kind cluster %s", kindName)
+	}
+	r.Pools = pools
+	m.records[kindName] = r
+	return nil
+}
+
+// pools returns the pools recorded for a kind cluster.
+func (m *machine) pools(kindName string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p := m.records[kindName].Pools; p != nil {
+		return p.CIDRs
+	}
+	return nil
+}
+
+// envSource is an environment whose clusters are testenv API servers, on a
+// machine shared with other environments.
 type envSource struct {
+	*machine
 	plans   []cluster.ClusterPlan
 	configs map[string]*rest.Config
+}
+
+// newEnvSource records plans as environment env on m (a new machine if nil).
+func newEnvSource(m *machine, env string, configs map[string]*rest.Config, plans ...cluster.ClusterPlan) *envSource {
+	if m == nil {
+		m = newMachine()
+	}
+	m.add(env, plans...)
+	return &envSource{machine: m, plans: plans, configs: configs}
 }
 
 func (s *envSource) Environment(context.Context, string) ([]cluster.ClusterPlan, error) {
@@ -154,10 +245,9 @@ func TestIntegrationInstall(t *testing.T) {
 	if len(cfgs) < 2 {
 		t.FailNow()
 	}
-	src := &envSource{configs: cfgs, plans: []cluster.ClusterPlan{
-		{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1", IPFamily: cluster.Dual},
-		{Name: "cluster2", KindName: "gw-cluster2", Network: "network-2", IPFamily: cluster.Dual},
-	}}
+	src := newEnvSource(nil, "gw", cfgs,
+		cluster.ClusterPlan{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1", IPFamily: cluster.Dual},
+		cluster.ClusterPlan{Name: "cluster2", KindName: "gw-cluster2", Network: "network-2", IPFamily: cluster.Dual})
 	subnets := []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16"), netip.MustParsePrefix("fc00:f853:ccd:e793::/64")}
 	loader := &recordingLoader{calls: map[string][]string{}}
 	newInstaller := func(opts ...Option) *Installer {
@@ -178,18 +268,23 @@ func TestIntegrationInstall(t *testing.T) {
 
 	// Bad input is found before any cluster is touched.
 	_, err := newInstaller(WithSubnets(netip.MustParsePrefix("192.168.9.0/28"))).Install(ctx, "gw")
-	if err == nil || !strings.Contains(err.Error(), "192.168.9.0/28 is too small for 2 clusters") {
+	if err == nil || !strings.Contains(err.Error(), "192.168.9.0/28 is too small for load-balancer pools of 16 addresses") {
 		t.Fatalf("err = %v, want the too-small network named", err)
 	}
-	bad := &envSource{plans: src.plans, configs: map[string]*rest.Config{"cluster1": cfgs["cluster1"]}}
+	bad := &envSource{machine: src.machine, plans: src.plans, configs: map[string]*rest.Config{"cluster1": cfgs["cluster1"]}}
 	if _, err := New(bad, WithSubnets(subnets...), WithImageLoader(loader)).Install(ctx, "gw"); err == nil || !strings.Contains(err.Error(), "cluster cluster2") {
 		t.Fatalf("err = %v, want the cluster without kubeconfig named", err)
 	}
 	noMetalLB("after bad input")
+	for _, p := range src.plans {
+		if got := src.pools(p.KindName); got != nil {
+			t.Fatalf("after bad input: %s has pools %v recorded, want none", p.Name, got)
+		}
+	}
 
 	// One network: nothing to do.
-	one := &envSource{configs: cfgs, plans: []cluster.ClusterPlan{
-		{Name: "cluster1", Network: "network-1"}, {Name: "cluster2", Network: "network-1"}}}
+	one := newEnvSource(nil, "gw", cfgs,
+		cluster.ClusterPlan{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1"}, cluster.ClusterPlan{Name: "cluster2", KindName: "gw-cluster2", Network: "network-1"})
 	res, err := New(one, WithSubnets(subnets...), WithImageLoader(loader)).Install(ctx, "gw")
 	if err != nil || res.MultiNetwork || len(res.Clusters) != 0 {
 		t.Fatalf("one network: %+v, %v; want nothing done", res, err)
@@ -239,6 +334,9 @@ func TestIntegrationInstall(t *testing.T) {
 		}
 		if addrs, _, _ := unstructured.NestedStringSlice(pool.Object, "spec", "addresses"); !slices.Equal(addrs, wantPools[i]) {
 			t.Errorf("%s: IPAddressPool addresses %v", c.Cluster, addrs)
+		}
+		if rec := src.pools(src.plans[i].KindName); !slices.Equal(rec, wantPools[i]) {
+			t.Errorf("%s: recorded pools %v, want %v", c.Cluster, rec, wantPools[i])
 		}
 		if _, err := k.dyn.Resource(schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "l2advertisements"}).Namespace(MetalLBNamespace).Get(ctx, PoolName, metav1.GetOptions{}); err != nil {
 			t.Errorf("%s: L2Advertisement: %v", c.Cluster, err)
