@@ -224,14 +224,14 @@ func resourceVersions(t *testing.T, cfg *rest.Config, network string) map[string
 	return out
 }
 
-func TestIntegrationInstall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two kube-apiservers")
-	}
+// apiServers starts a real kube-apiserver + etcd per name, concurrently
+// (each takes seconds to start).
+func apiServers(t *testing.T, names ...string) map[string]*rest.Config {
+	t.Helper()
 	cfgs := map[string]*rest.Config{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, name := range []string{"cluster1", "cluster2"} {
+	for _, name := range names {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -242,9 +242,19 @@ func TestIntegrationInstall(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if len(cfgs) < 2 {
+	// testenv.New fails the test from its goroutine; stop here, on the
+	// test's own.
+	if len(cfgs) < len(names) {
 		t.FailNow()
 	}
+	return cfgs
+}
+
+func TestIntegrationInstall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two kube-apiservers")
+	}
+	cfgs := apiServers(t, "cluster1", "cluster2")
 	src := newEnvSource(nil, "gw", cfgs,
 		cluster.ClusterPlan{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1", IPFamily: cluster.Dual},
 		cluster.ClusterPlan{Name: "cluster2", KindName: "gw-cluster2", Network: "network-2", IPFamily: cluster.Dual})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/netip"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
-	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
 // Two multi-network environments on one docker network, each cluster a real
@@ -24,24 +22,7 @@ func TestIntegrationSecondEnvironmentAvoidsTheFirst(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four kube-apiservers")
 	}
-	names := []string{"a1", "a2", "b1", "b2"}
-	cfgs := map[string]*rest.Config{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := testenv.New(t)
-			mu.Lock()
-			cfgs[name] = cfg
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if len(cfgs) < len(names) {
-		t.FailNow()
-	}
+	cfgs := apiServers(t, "a1", "a2", "b1", "b2")
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	for _, cfg := range cfgs {
