@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,9 @@ func TestIntegrationExistingClusters(t *testing.T) {
 	dir := t.TempDir()
 	var topo []map[string]any
 	ctx, cancel := context.WithCancel(context.Background())
+	// The stand-ins stop before the test ends: they log through t.
+	var standIns sync.WaitGroup
+	defer standIns.Wait()
 	defer cancel()
 	for k, name := range []string{"east", "west"} {
 		// The token controller: remote secrets wait for their reader's token.
@@ -37,7 +41,7 @@ func TestIntegrationExistingClusters(t *testing.T) {
 		// An existing cluster brings its own load balancer (meshctl puts
 		// MetalLB only on kind clusters); here a loop stands in for a
 		// cloud's controller and gives the Service a documentation address.
-		go fakeLoadBalancer(ctx, t, kubernetes.NewForConfigOrDie(cfg), fmt.Sprintf("192.0.2.%d", 10+k))
+		standIns.Go(func() { fakeLoadBalancer(ctx, t, kubernetes.NewForConfigOrDie(cfg), fmt.Sprintf("192.0.2.%d", 10+k)) })
 		kc := clientcmdapi.NewConfig()
 		kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 		kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
