@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/internal/syncbuf"
 
 	"github.com/onsi/ginkgo/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -243,7 +244,7 @@ func (c *Cluster) Exec(ctx context.Context, namespace, pod, container string, ar
 	if err != nil {
 		return "", "", fmt.Errorf("cluster %s: exec in %s/%s: %w", c.Name, namespace, pod, err)
 	}
-	var out, errOut syncBuffer
+	var out, errOut syncbuf.Buffer
 	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut})
 	if err != nil {
 		if code, ok := exitCode(err); ok {

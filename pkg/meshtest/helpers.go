@@ -1,7 +1,6 @@
 package meshtest
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/meshctl/meshctl/internal/parallel"
@@ -227,21 +225,3 @@ func (c *Cluster) mapping(ctx context.Context, obj *unstructured.Unstructured) (
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// syncBuffer is a bytes.Buffer safe for the executor's stream goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}

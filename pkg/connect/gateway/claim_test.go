@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -13,26 +12,9 @@ import (
 	"time"
 
 	"github.com/meshctl/meshctl/internal/cli"
+	"github.com/meshctl/meshctl/internal/syncbuf"
 	"github.com/meshctl/meshctl/pkg/cluster"
 )
-
-// syncBuffer is a bytes.Buffer for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // twoNetworks is a multi-network environment of n kind clusters.
 func twoNetworks(env string, n int) []cluster.ClusterPlan {
@@ -101,11 +83,12 @@ func TestClaimPools(t *testing.T) {
 	m.add("a", a...)
 	m.add("b", b...)
 
-	got := map[string]string{}
-	for _, e := range []struct {
+	envs := []struct {
 		env   string
 		plans []cluster.ClusterPlan
-	}{{"a", a}, {"b", b}, {"old", legacy}} {
+	}{{"a", a}, {"b", b}, {"old", legacy}}
+	got := map[string]string{}
+	for _, e := range envs {
 		pools, err := claim(recordsOnly{m}, e.env, e.plans)
 		if err != nil {
 			t.Fatalf("%s: %v", e.env, err)
@@ -132,10 +115,7 @@ func TestClaimPools(t *testing.T) {
 		}
 	}
 	writes := m.writes.Load()
-	for _, e := range []struct {
-		env   string
-		plans []cluster.ClusterPlan
-	}{{"a", a}, {"b", b}, {"old", legacy}} {
+	for _, e := range envs {
 		pools, err := claim(recordsOnly{m}, e.env, e.plans)
 		if err != nil {
 			t.Fatal(err)
@@ -192,7 +172,7 @@ func TestClaimPoolsFullSubnet(t *testing.T) {
 // pools, each as recorded.
 func TestClaimPoolsConcurrent(t *testing.T) {
 	t.Parallel()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	logger := cli.NewLogger(&out, cli.WithVerbosity(1))
 	defer func() { t.Logf("%d collisions in 20 rounds", strings.Count(out.String(), "collided")) }()
 	for round := range 20 {
@@ -269,7 +249,7 @@ func TestClaimPoolsCollision(t *testing.T) {
 			close(bothRead)
 		}
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	logger := cli.NewLogger(&out, cli.WithVerbosity(1))
 	got := make([][][]netip.Prefix, 2)
 	var wg sync.WaitGroup
@@ -318,7 +298,7 @@ func TestClaimPoolsMovesAnOldCollision(t *testing.T) {
 	x, old := twoNetworks("x", 2), twoNetworks("old", 2)
 	m.addLegacy("x", x...)
 	m.addLegacy("old", old...)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	i := claimer(recordsOnly{m})
 	i.logger = cli.NewLogger(&out)
 	xPools, err := i.claimPools(context.Background(), "x", x, i.subnets)
@@ -329,9 +309,7 @@ func TestClaimPoolsMovesAnOldCollision(t *testing.T) {
 	if w := out.String(); !strings.Contains(w, want) || strings.Count(w, "older meshctl") != 4 {
 		t.Errorf("log:\n%s\nwant a warning for each family of both clusters, like %q", w, want)
 	}
-	out.mu.Lock()
-	out.b.Reset()
-	out.mu.Unlock()
+	out.Reset()
 	oldPools, err := i.claimPools(context.Background(), "old", old, i.subnets)
 	if err != nil {
 		t.Fatal(err)

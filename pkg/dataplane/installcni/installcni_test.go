@@ -1,7 +1,6 @@
 package installcni
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,30 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshctl/meshctl/internal/syncbuf"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/testutil"
 )
 
-// syncBuffer collects log output written from the installer's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type env struct {
 	conf, bin, sa, src string
-	logs               *syncBuffer
+	logs               *syncbuf.Buffer
 	inst               *Installer
 	stop               func() error
 }
@@ -52,7 +34,7 @@ func start(t *testing.T, prepare func(e *env), opts ...Option) *env {
 	e := &env{
 		conf: filepath.Join(root, "net.d"), bin: filepath.Join(root, "bin"),
 		sa: filepath.Join(root, "sa"), src: filepath.Join(root, "meshctl"),
-		logs: &syncBuffer{},
+		logs: &syncbuf.Buffer{},
 	}
 	for _, d := range []string{e.conf, e.bin, e.sa} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
