@@ -8,11 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -41,7 +38,11 @@ func TestIntegrationExistingClusters(t *testing.T) {
 		// An existing cluster brings its own load balancer (meshctl puts
 		// MetalLB only on kind clusters); here a loop stands in for a
 		// cloud's controller and gives the Service a documentation address.
-		standIns.Go(func() { fakeLoadBalancer(ctx, t, kubernetes.NewForConfigOrDie(cfg), fmt.Sprintf("192.0.2.%d", 10+k)) })
+		standIns.Go(func() {
+			if err := testenv.LoadBalancer(ctx, cfg, gateway.GatewayNamespace, gateway.GatewayName, fmt.Sprintf("192.0.2.%d", 10+k)); err != nil {
+				t.Error(err)
+			}
+		})
 		kc := clientcmdapi.NewConfig()
 		kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 		kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
@@ -89,27 +90,5 @@ func TestIntegrationExistingClusters(t *testing.T) {
 	// Close never deletes an existing cluster: its API server still answers.
 	if _, err := env.Cluster("east").Kube.Discovery().ServerVersion(); err != nil {
 		t.Errorf("east after Close: %v", err)
-	}
-}
-
-// fakeLoadBalancer gives the east-west gateway Service addr once it exists,
-// as a cloud's load-balancer controller would.
-func fakeLoadBalancer(ctx context.Context, t *testing.T, cs kubernetes.Interface, addr string) {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		svc, err := cs.CoreV1().Services(gateway.GatewayNamespace).Get(ctx, gateway.GatewayName, metav1.GetOptions{})
-		if err != nil || len(svc.Status.LoadBalancer.Ingress) > 0 {
-			continue
-		}
-		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addr}}
-		if _, err := cs.CoreV1().Services(gateway.GatewayNamespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
-			t.Logf("load-balancer stand-in: %v", err)
-		}
 	}
 }

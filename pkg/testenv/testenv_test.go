@@ -42,3 +42,53 @@ func TestIntegration(t *testing.T) {
 	}
 	t.Logf("kube-apiserver %s; namespace %s uid %s", v.GitVersion, got.Name, got.UID)
 }
+
+// LoadBalancer gives a Service created after it started its address, and
+// returns once its context ends.
+func TestIntegrationLoadBalancer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping integration test in -short mode")
+	}
+	cfg := testenv.New(t)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lbCtx, stopLB := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- testenv.LoadBalancer(lbCtx, cfg, "default", "gw", "192.0.2.7") }()
+
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "gw"}, Spec: corev1.ServiceSpec{
+		Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 15443}}}}
+	if _, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		got, err := cs.CoreV1().Services("default").Get(ctx, "gw", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ing := got.Status.LoadBalancer.Ingress; len(ing) > 0 {
+			if len(ing) != 1 || ing[0].IP != "192.0.2.7" {
+				t.Fatalf("ingress %+v, want 192.0.2.7 only", ing)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the Service never got an address")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	stopLB()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("LoadBalancer: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("LoadBalancer did not return after its context ended")
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -15,25 +14,6 @@ import (
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
-
-// cloudLB plays an existing cluster's own load-balancer controller: it
-// gives the gateway Service the address addr.
-func cloudLB(ctx context.Context, t *testing.T, cfg *rest.Config, addr string) {
-	k, err := newKube(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for ctx.Err() == nil {
-			svc, err := k.cs.CoreV1().Services(GatewayNamespace).Get(ctx, GatewayName, metav1.GetOptions{})
-			if err == nil && len(svc.Status.LoadBalancer.Ingress) == 0 {
-				svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addr}}
-				_, _ = k.cs.CoreV1().Services(GatewayNamespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{})
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
-}
 
 // An existing (non-kind) cluster in a multi-network environment gets the
 // gateway Service and keeps the address of its own load balancer: no
@@ -49,7 +29,15 @@ func TestIntegrationExistingClusterGetsOnlyTheService(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	standIn(ctx, t, kindCfg)
-	cloudLB(ctx, t, existingCfg, "203.0.113.7") // TEST-NET-3: never contacted
+	// The existing cluster's own load-balancer controller.
+	lb := make(chan error, 1)
+	go func() { lb <- testenv.LoadBalancer(ctx, existingCfg, GatewayNamespace, GatewayName, "203.0.113.7") }() // TEST-NET-3: never contacted
+	defer func() {
+		stop()
+		if err := <-lb; err != nil {
+			t.Error(err)
+		}
+	}()
 	loader := &recordingLoader{calls: map[string][]string{}}
 	i := New(src, WithSubnets(netip.MustParsePrefix("172.18.0.0/16")), WithImageLoader(loader), WithTimeout(time.Minute))
 	i.poll = 100 * time.Millisecond
