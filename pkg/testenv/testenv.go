@@ -9,6 +9,8 @@
 // Everything is private to one call: random free loopback ports, a temp dir, a fresh CA,
 // a serving certificate for 127.0.0.1, and an admin client certificate (O=system:masters).
 // There is no controller-manager or scheduler: objects are stored and served, not acted on.
+// NewWithControllers adds a controller-manager running only named controllers, and
+// LoadBalancer stands in for a cloud's load-balancer controller.
 package testenv
 
 import (
