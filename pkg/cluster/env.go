@@ -93,17 +93,32 @@ func (e Existing) sortName() string {
 
 // Environment returns the plans of the clusters of env, in mesh-name order.
 func (p *Provider) Environment(ctx context.Context, env string) ([]ClusterPlan, error) {
+	recs, err := p.records(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ClusterPlan, len(recs))
+	for i, r := range recs {
+		out[i] = r.Cluster
+	}
+	return out, nil
+}
+
+// records returns meshctl's records of the clusters of env, in mesh-name
+// order: Environment's plans, with what meshctl learned of each cluster
+// since (its load-balancer pools).
+func (p *Provider) records(ctx context.Context, env string) ([]Record, error) {
 	all, err := p.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []ClusterPlan
+	var out []Record
 	for _, e := range all {
 		if e.Env() == env {
-			out = append(out, e.Record.Cluster)
+			out = append(out, *e.Record)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool { return out[i].Cluster.Name < out[j].Cluster.Name })
 	return out, nil
 }
 

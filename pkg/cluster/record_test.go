@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -52,5 +53,34 @@ func TestSetPools(t *testing.T) {
 	}
 	if err := e.p.SetPools(ctx, "nope", want); err == nil || !strings.Contains(err.Error(), "kind cluster nope") {
 		t.Errorf("err = %v, want the missing cluster named", err)
+	}
+}
+
+// Status shows each cluster's recorded pools, and none for a cluster that
+// holds none (its record has empty pools until gateways give it some).
+func TestStatusShowsPools(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	plan := mustPlan(t, Request{Env: "st", Clusters: 2, Networks: 2, IPFamily: "dual"})
+	if _, err := e.p.Up(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	want := &Pools{DockerNetwork: "kind", CIDRs: []string{"172.18.255.224/28", "fc00:f853:ccd:e793:ffff:ffff:ffff:ffe0/124"}}
+	if err := e.p.SetPools(ctx, plan.Clusters[1].KindName, want); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.p.Status(ctx, "st", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Clusters) != 2 {
+		t.Fatalf("status %+v, want two clusters", st)
+	}
+	if p := st.Clusters[0].LoadBalancerPools; p != nil {
+		t.Errorf("%s: pools %+v, want none", st.Clusters[0].Name, p)
+	}
+	if p := st.Clusters[1].LoadBalancerPools; p == nil || !reflect.DeepEqual(*p, *want) {
+		t.Errorf("%s: pools %+v, want %+v", st.Clusters[1].Name, p, want)
 	}
 }

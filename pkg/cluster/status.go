@@ -18,9 +18,14 @@ type StatusResult struct {
 // ClusterStatus is one cluster's plan and live state.
 type ClusterStatus struct {
 	ClusterPlan
-	Ready bool         `json:"ready"`
-	Nodes []NodeStatus `json:"nodes"`
-	Error string       `json:"error,omitempty"`
+	// LoadBalancerPools are the MetalLB address pools meshctl gave a kind
+	// cluster (on environments of several networks), as recorded: where
+	// the east-west gateway's address, and those of any LoadBalancer
+	// Service a developer adds, come from. Unset when it has none.
+	LoadBalancerPools *Pools       `json:"loadBalancerPools,omitempty"`
+	Ready             bool         `json:"ready"`
+	Nodes             []NodeStatus `json:"nodes"`
+	Error             string       `json:"error,omitempty"`
 }
 
 // RegistryStatus is the local registry container's state.
@@ -33,13 +38,18 @@ type RegistryStatus struct {
 // concurrently. A cluster that cannot be read is reported, not fatal: status
 // is what a person runs when something is wrong.
 func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusResult, error) {
-	cs, err := p.Environment(ctx, env)
+	recs, err := p.records(ctx, env)
 	if err != nil {
 		return nil, err
 	}
-	res := &StatusResult{Env: env, Clusters: make([]ClusterStatus, len(cs)), Ready: len(cs) > 0}
-	_ = parallel.ForEach(indexes(len(cs)), func(i int) error {
-		res.Clusters[i] = p.clusterStatus(ctx, cs[i])
+	res := &StatusResult{Env: env, Clusters: make([]ClusterStatus, len(recs)), Ready: len(recs) > 0}
+	_ = parallel.ForEach(indexes(len(recs)), func(i int) error {
+		res.Clusters[i] = p.clusterStatus(ctx, recs[i].Cluster)
+		// A record written before gateways ran holds empty pools: the
+		// same as none to a reader.
+		if pools := recs[i].Pools; pools != nil && len(pools.CIDRs) > 0 {
+			res.Clusters[i].LoadBalancerPools = pools
+		}
 		return nil
 	})
 	for _, c := range res.Clusters {

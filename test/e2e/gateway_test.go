@@ -137,6 +137,28 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 		}
 	})
 
+	It("shows each cluster's pools in meshctl status, as connect gave them", func() {
+		for k, u := range ups {
+			var st cluster.StatusResult
+			meshctlJSON(&st, "status", "--env", envs[k])
+			got := map[string][]string{}
+			for _, c := range st.Clusters {
+				Expect(c.LoadBalancerPools).NotTo(BeNil(), "%s/%s has no loadBalancerPools in status -o json", envs[k], c.Name)
+				Expect(c.LoadBalancerPools.DockerNetwork).To(Equal(cluster.KindNetwork()))
+				got[c.Name] = c.LoadBalancerPools.CIDRs
+			}
+			want := map[string][]string{}
+			for _, gw := range u.Gateways {
+				want[gw.Cluster] = gw.Pools
+			}
+			Expect(got).To(Equal(want), "status of %s", envs[k])
+		}
+		text := meshctl("status", "--env", gwEnv)
+		for _, gw := range up.Gateways {
+			Expect(text).To(ContainSubstring("load-balancer pools "+strings.Join(gw.Pools, ",")), "status of %s", gwEnv)
+		}
+	})
+
 	It("answers TCP on each gateway address, from the other network's node and from the other environment", func(ctx SpecContext) {
 		for k, u := range ups {
 			for _, gw := range u.Gateways {

@@ -45,6 +45,9 @@ func printStatus(w io.Writer, r *cluster.StatusResult) error {
 		fmt.Fprintf(w, "\n%s (%s): %s\n", c.Name, describeCluster(c.ClusterPlan), readiness(c.Ready))
 		fmt.Fprintf(w, "  network %s, roles %s, pods %s, services %s\n", c.Network, strings.Join(c.Roles, ","),
 			strings.Join(c.PodSubnets, ","), strings.Join(c.ServiceSubnets, ","))
+		if lb := c.LoadBalancerPools; lb != nil {
+			fmt.Fprintf(w, "  load-balancer pools %s (MetalLB, docker network %s)\n", strings.Join(lb.CIDRs, ","), lb.DockerNetwork)
+		}
 		printDiscovery(w, c.ClusterPlan)
 		if c.Error != "" {
 			fmt.Fprintf(w, "  error: %s\n", c.Error)

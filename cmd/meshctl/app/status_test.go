@@ -1,0 +1,71 @@
+package app
+
+import (
+	"bytes"
+	"io"
+	"testing"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+)
+
+// statusFixture is a two-network environment as Status reports it after
+// `up`: cluster1 got its load-balancer pools (dual-stack), cluster2's
+// API server does not answer, and cluster3 is an existing cluster, which
+// has no pools (its own load balancer gives its gateway an address).
+func statusFixture() *cluster.StatusResult {
+	return &cluster.StatusResult{Env: "dev", Registry: &cluster.RegistryStatus{Name: "kind-registry", Running: true},
+		Clusters: []cluster.ClusterStatus{
+			{
+				ClusterPlan: cluster.ClusterPlan{Name: "cluster1", KindName: "dev-cluster1", Network: "network-1", Roles: []string{"primary", "config"},
+					PrimaryClusterName: "cluster1", ConfigClusterName: "cluster1", IPFamily: "dual",
+					PodSubnets: []string{"10.10.0.0/16", "fd00:10:10::/56"}, ServiceSubnets: []string{"10.255.10.0/24", "fd00:10:255:10::/112"},
+					ControlPlanes: 1, Workers: 1, Image: "meshctl/node:v1.34.4"},
+				LoadBalancerPools: &cluster.Pools{DockerNetwork: "kind", CIDRs: []string{"172.18.255.224/28", "fc00:f853:ccd:e793:ffff:ffff:ffff:ffe0/124"}},
+				Ready:             true,
+				Nodes: []cluster.NodeStatus{
+					{Name: "dev-cluster1-control-plane", Role: "control-plane", Ready: true, IPs: []string{"172.18.0.2", "fc00:f853:ccd:e793::2"}, PodCIDRs: []string{"10.10.0.0/24", "fd00:10:10::/64"}, Version: "v1.34.4"},
+					{Name: "dev-cluster1-worker", Role: "worker", Ready: true, IPs: []string{"172.18.0.3", "fc00:f853:ccd:e793::3"}, PodCIDRs: []string{"10.10.1.0/24", "fd00:10:10:1::/64"}, Version: "v1.34.4"},
+				},
+			},
+			{
+				ClusterPlan: cluster.ClusterPlan{Name: "cluster2", KindName: "dev-cluster2", Network: "network-2", Roles: []string{"primary", "config"},
+					PrimaryClusterName: "cluster2", ConfigClusterName: "cluster2", IPFamily: "ipv4",
+					PodSubnets: []string{"10.20.0.0/16"}, ServiceSubnets: []string{"10.255.20.0/24"}, ControlPlanes: 1, Image: "meshctl/node:v1.34.4"},
+				LoadBalancerPools: &cluster.Pools{DockerNetwork: "kind", CIDRs: []string{"172.18.255.208/28"}},
+				Nodes:             []cluster.NodeStatus{},
+				Error:             "Get \"https://127.0.0.1:40002/api/v1/nodes\": connection refused",
+			},
+			{
+				ClusterPlan: cluster.ClusterPlan{Name: "cluster3", Network: "network-3", Roles: []string{"primary", "config"},
+					PrimaryClusterName: "cluster3", ConfigClusterName: "cluster3", IPFamily: "ipv4",
+					PodSubnets: []string{"10.30.0.0/16"}, ServiceSubnets: []string{"10.96.0.0/16"},
+					Existing: true, Kubeconfig: "/home/dev/.kube/config", Context: "cloud",
+					Discovery: &cluster.Discovery{Server: "https://203.0.113.10:6443", Version: "v1.33.2", Nodes: 1,
+						PodSubnetsFrom: "nodes' podCIDRs", ServiceSubnetsFrom: "ServiceCIDR kubernetes"}},
+				Ready: true,
+				Nodes: []cluster.NodeStatus{{Name: "node-a", Role: "worker", Ready: true, IPs: []string{"10.0.0.4"}, PodCIDRs: []string{"10.30.0.0/24"}, Version: "v1.33.2"}},
+			},
+		},
+	}
+}
+
+// `meshctl status` shows each cluster's load-balancer pools where a person
+// and a pipeline look: beside its network and subnets, and in -o json/yaml.
+func TestStatusGolden(t *testing.T) {
+	t.Parallel()
+	res := statusFixture()
+	for _, tt := range []struct{ golden, format string }{
+		{"status-multi-network.txt", outputText},
+		{"status-multi-network.json", outputJSON},
+		{"status-multi-network.yaml", outputYAML},
+	} {
+		t.Run(tt.golden, func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			if err := print(&out, tt.format, res, func(w io.Writer) error { return printStatus(w, res) }); err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, tt.golden, out.String())
+		})
+	}
+}
