@@ -185,7 +185,9 @@ func userImage(v map[string]any) bool {
 }
 
 // Uninstall removes meshctl's releases from the clusters cs of env, in
-// parallel, the dataplane before the CNI.
+// parallel, the dataplane before the CNI; then the dataplane image Install
+// side-loaded, from the nodes of the kind clusters whose releases are gone
+// (see removeImage: failures there are warnings).
 func (b *Builder) Uninstall(ctx context.Context, env string, cs []cluster.ClusterPlan, namespace string) (*installer.Result, error) {
 	var targets []installer.Target
 	for _, c := range cs {
@@ -203,7 +205,62 @@ func (b *Builder) Uninstall(ctx context.Context, env string, cs []cluster.Cluste
 	if err != nil && !errors.Is(err, errFailedClusters) {
 		return nil, err
 	}
+	b.removeImage(ctx, env, cs, res)
 	return res, nil
+}
+
+// removeImage deletes the dataplane image, by the exact reference Install
+// side-loads it under, from every node of the kind clusters of cs whose
+// uninstall succeeded: a cluster whose charts are still there keeps the
+// image its pods may need to restart, and existing clusters' nodes are not
+// containers on this machine (they pulled the image from a registry, which
+// meshctl leaves alone). Nothing here fails the uninstall — the charts are
+// gone already — so every problem is a warning, naming the node.
+func (b *Builder) removeImage(ctx context.Context, env string, cs []cluster.ClusterPlan, res *installer.Result) {
+	failed := map[string]bool{}
+	for _, c := range res.Clusters {
+		if c.Error != "" {
+			failed[c.Cluster] = true
+		}
+	}
+	targets := map[string]bool{}
+	for _, c := range cs {
+		if !c.Existing && !failed[c.Name] {
+			targets[c.Name] = true
+		}
+	}
+	if len(targets) == 0 {
+		return
+	}
+	img, _, err := b.dataplaneImage()
+	if err != nil {
+		b.o.logger.Warnf("leaving the dataplane image on the kind nodes: %v", err)
+		return
+	}
+	nodes, err := b.kindNodes(ctx, env, func(c cluster.ClusterPlan) bool { return targets[c.Name] })
+	b.warnEach(fmt.Sprintf("leaving %s in place: ", img.ContainerdRef()), err)
+	if len(nodes) == 0 {
+		return
+	}
+	err = b.step(fmt.Sprintf("Removing %s from %d node(s)", img.ContainerdRef(), len(nodes)), func() error {
+		return img.Remove(ctx, b.p, nodes...)
+	})
+	b.warnEach("", err)
+}
+
+// warnEach logs every error joined in err (errors.Join, parallel.ForEach)
+// as a warning of its own, each after prefix.
+func (b *Builder) warnEach(prefix string, err error) {
+	if err == nil {
+		return
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		b.o.logger.Warnf("%s%v", prefix, e)
+	}
 }
 
 // fillDefaults sets v[key][k] for every k the user's values left unset.
@@ -269,22 +326,12 @@ func requireCacerts(ctx context.Context, targets []installer.Target) error {
 // loadImage side-loads the image into every node of every kind cluster of
 // plan (existing clusters pull it from the registry it was pushed to).
 func (b *Builder) loadImage(ctx context.Context, plan *cluster.Plan, img *image.Image) error {
-	st, err := b.p.Status(ctx, plan.Env, "")
+	nodes, err := b.kindNodes(ctx, plan.Env, func(c cluster.ClusterPlan) bool {
+		pc, ok := plan.Cluster(c.Name)
+		return ok && !pc.Existing
+	})
 	if err != nil {
 		return err
-	}
-	var nodes []image.Node
-	for _, c := range st.Clusters {
-		pc, ok := plan.Cluster(c.Name)
-		if !ok || pc.Existing {
-			continue
-		}
-		if c.Error != "" {
-			return fmt.Errorf("cluster %q: listing nodes: %s", c.Name, c.Error)
-		}
-		for _, n := range c.Nodes {
-			nodes = append(nodes, image.Node{Cluster: c.KindName, Name: n.Name})
-		}
 	}
 	if len(nodes) == 0 {
 		return nil
@@ -292,4 +339,30 @@ func (b *Builder) loadImage(ctx context.Context, plan *cluster.Plan, img *image.
 	return b.step(fmt.Sprintf("Loading %s into %d node(s)", img.Ref(), len(nodes)), func() error {
 		return img.Load(ctx, b.p, nodes...)
 	})
+}
+
+// kindNodes lists, from each cluster's API server, the nodes of the kind
+// clusters of env that include selects. A cluster whose nodes cannot be read
+// is an error naming it (joined with the others'); the nodes of the rest are
+// returned with it.
+func (b *Builder) kindNodes(ctx context.Context, env string, include func(cluster.ClusterPlan) bool) ([]image.Node, error) {
+	st, err := b.p.Status(ctx, env, "")
+	if err != nil {
+		return nil, err
+	}
+	var nodes []image.Node
+	var errs []error
+	for _, c := range st.Clusters {
+		if c.Existing || !include(c.ClusterPlan) {
+			continue
+		}
+		if c.Error != "" {
+			errs = append(errs, fmt.Errorf("cluster %q: listing nodes: %s", c.Name, c.Error))
+			continue
+		}
+		for _, n := range c.Nodes {
+			nodes = append(nodes, image.Node{Cluster: c.KindName, Name: n.Name})
+		}
+	}
+	return nodes, errors.Join(errs...)
 }

@@ -1,16 +1,20 @@
 package mesh
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/internal/testbin"
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/install/image"
+	"github.com/meshctl/meshctl/pkg/install/installer"
 	"github.com/meshctl/meshctl/pkg/install/values"
 )
 
@@ -20,7 +24,12 @@ type fakeProvider struct {
 	mu        sync.Mutex
 	ups       int
 	dir       string
+	status    *cluster.StatusResult
 	statusErr error
+	// execs records each Exec as "kindName/node: argv"; Exec fails on the
+	// nodes in execFail.
+	execs    []string
+	execFail map[string]bool
 }
 
 func (f *fakeProvider) Up(_ context.Context, plan *cluster.Plan, _ ...cluster.UpOption) (*cluster.UpResult, error) {
@@ -48,10 +57,18 @@ func (f *fakeProvider) KubeconfigPath(env, name string, _ bool) string {
 }
 
 func (f *fakeProvider) Status(context.Context, string, string) (*cluster.StatusResult, error) {
-	return nil, f.statusErr
+	return f.status, f.statusErr
 }
 
-func (f *fakeProvider) Exec(context.Context, string, string, []byte, ...string) error { return nil }
+func (f *fakeProvider) Exec(_ context.Context, kindName, node string, _ []byte, argv ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.execs = append(f.execs, kindName+"/"+node+": "+strings.Join(argv, " "))
+	if f.execFail[node] {
+		return errors.New("ctr: connection refused")
+	}
+	return nil
+}
 
 func (f *fakeProvider) List(context.Context) ([]cluster.Existing, error) { return nil, nil }
 
@@ -140,5 +157,67 @@ func TestStepErrorKeepsWhatWasDone(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), `environment "mt" is up, but step "connect" failed`) {
 		t.Errorf("message: %v", err)
+	}
+}
+
+// TestUninstallRemovesTheImage: after the charts are gone, the image Install
+// side-loaded is removed from the nodes of the kind clusters whose uninstall
+// succeeded — not from a cluster whose charts are still there, nor from an
+// existing cluster — and what goes wrong is a warning naming the node or
+// cluster, never an error.
+func TestUninstallRemovesTheImage(t *testing.T) {
+	kindCluster := func(name string, nodes ...string) cluster.ClusterStatus {
+		c := cluster.ClusterStatus{ClusterPlan: cluster.ClusterPlan{Name: name, KindName: "mt-" + name}, Ready: true}
+		for _, n := range nodes {
+			c.Nodes = append(c.Nodes, cluster.NodeStatus{Name: "mt-" + name + "-" + n})
+		}
+		return c
+	}
+	unreadable := kindCluster("cluster4")
+	unreadable.Error = "connection refused"
+	existing := cluster.ClusterStatus{ClusterPlan: cluster.ClusterPlan{Name: "cluster3", Existing: true},
+		Nodes: []cluster.NodeStatus{{Name: "cloud-node"}}}
+	p := &fakeProvider{dir: t.TempDir(), execFail: map[string]bool{"mt-cluster1-worker": true},
+		status: &cluster.StatusResult{Env: "mt", Clusters: []cluster.ClusterStatus{
+			kindCluster("cluster1", "control-plane", "worker"),
+			kindCluster("cluster2", "control-plane"),
+			existing,
+			unreadable,
+			kindCluster("cluster5", "control-plane"),
+		}}}
+	var logs bytes.Buffer
+	b := New(p, WithLogger(cli.NewLogger(&logs)), WithImage(image.WithBinary(staticBinary(t)), image.WithTag("t1")))
+	var cs []cluster.ClusterPlan
+	for _, c := range p.status.Clusters[:4] { // cluster5 is not being uninstalled
+		cs = append(cs, c.ClusterPlan)
+	}
+	res := &installer.Result{Clusters: []installer.ClusterResult{
+		{Cluster: "cluster1"}, {Cluster: "cluster2", Error: "uninstalling meshctl-cni: timed out"}, {Cluster: "cluster3"}, {Cluster: "cluster4"}}}
+	b.removeImage(context.Background(), "mt", cs, res)
+
+	var nodes []string
+	for _, e := range p.execs {
+		node, argv, _ := strings.Cut(e, ": ")
+		nodes = append(nodes, node)
+		if !strings.HasSuffix(argv, " docker.io/meshctl/dataplane:t1") || !strings.Contains(argv, "images rm") {
+			t.Errorf("%s ran %q, want the removal of docker.io/meshctl/dataplane:t1", node, argv)
+		}
+	}
+	sort.Strings(nodes)
+	if got, want := strings.Join(nodes, " "), "mt-cluster1/mt-cluster1-control-plane mt-cluster1/mt-cluster1-worker"; got != want {
+		t.Errorf("removed from %s, want only %s", got, want)
+	}
+	out := logs.String()
+	t.Logf("uninstall's log:\n%s", out)
+	for _, want := range []string{
+		"WARNING: removing docker.io/meshctl/dataplane:t1 from node mt-cluster1-worker of cluster mt-cluster1: ctr: connection refused",
+		`WARNING: leaving docker.io/meshctl/dataplane:t1 in place: cluster "cluster4": listing nodes: connection refused`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "WARNING") != 2 {
+		t.Errorf("want exactly two warnings:\n%s", out)
 	}
 }

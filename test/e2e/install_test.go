@@ -65,7 +65,8 @@ var _ = Describe("the dataplane install", Ordered, func() {
 	instEnv := env + "-inst"
 	var mesh *meshtest.Env
 	var first installOutput
-	nodes := map[string][]string{} // cluster -> node names
+	nodes := map[string][]string{}     // cluster -> node names
+	imageDigest := map[string]string{} // node -> manifest digest of the side-loaded image
 
 	BeforeAll(func(ctx SpecContext) {
 		// This container tests install, uninstall and the dataplane, not
@@ -95,12 +96,11 @@ var _ = Describe("the dataplane install", Ordered, func() {
 	})
 
 	It("side-loaded the dataplane image into every node's containerd", func() {
-		ref := strings.TrimPrefix(first.Image, "meshctl/")
 		for _, ns := range nodes {
 			for _, n := range ns {
-				out, err := docker("exec", n, "ctr", "--namespace=k8s.io", "images", "ls", "-q")
-				Expect(err).NotTo(HaveOccurred(), out)
-				Expect(out).To(ContainSubstring("meshctl/"+ref), "node %s", n)
+				images := nodeImages(n)
+				Expect(images).To(HaveKey("docker.io/"+first.Image), "node %s", n)
+				imageDigest[n] = images["docker.io/"+first.Image]
 			}
 		}
 	})
@@ -167,15 +167,30 @@ var _ = Describe("the dataplane install", Ordered, func() {
 					_, err := docker("exec", n, "test", "!", "-e", "/opt/cni/bin/meshctl-cni")
 					return err
 				}).WithTimeout(time.Minute).Should(Succeed(), "node %s still has /opt/cni/bin/meshctl-cni", n)
+				// The image meshctl side-loaded is gone, under its name
+				// and under the digest alias the import gave it, and
+				// nothing else went with it (the node's own images stay).
+				images := nodeImages(n)
+				Expect(images).NotTo(HaveKey("docker.io/"+first.Image), "node %s", n)
+				Expect(imageDigest[n]).NotTo(BeEmpty(), "node %s", n)
+				for name, digest := range images {
+					Expect(digest).NotTo(Equal(imageDigest[n]), "node %s still has the dataplane image as %s", n, name)
+				}
+				Expect(images).To(HaveKey(HavePrefix("registry.k8s.io/pause:")), "node %s", n)
 			}
 		}
 	})
 
-	It("installs again after an uninstall", func() {
+	It("installs again after an uninstall, side-loading the image again", func() {
 		var res installOutput
 		meshctlJSON(&res, "install", "--env", instEnv)
 		Expect(releaseActions(&res)).To(ConsistOf(allActions(&res, "installed")))
 		Expect(res.ImageID).To(Equal(first.ImageID))
+		for _, ns := range nodes {
+			for _, n := range ns {
+				Expect(nodeImages(n)).To(HaveKeyWithValue("docker.io/"+first.Image, imageDigest[n]), "node %s", n)
+			}
+		}
 	})
 
 	// The goal of the dataplane: a pod in an ambient namespace starts
@@ -211,6 +226,21 @@ var _ = Describe("the dataplane install", Ordered, func() {
 		Eventually(to).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(from.PodTarget()))
 	})
 })
+
+// nodeImages lists the images in a kind node's containerd (the CRI's
+// namespace), name → manifest digest.
+func nodeImages(node string) map[string]string {
+	GinkgoHelper()
+	out, err := docker("exec", node, "ctr", "--namespace=k8s.io", "images", "ls")
+	Expect(err).NotTo(HaveOccurred(), out)
+	images := map[string]string{}
+	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); i > 0 && len(f) >= 3 {
+			images[f[0]] = f[2]
+		}
+	}
+	return images
+}
 
 // nodeProxy is the meshctl-proxy pod on one node.
 type nodeProxy struct {

@@ -160,6 +160,23 @@ func (i *Image) Repository() string { return i.ref.Context().Name() }
 // TagName is the image's tag.
 func (i *Image) TagName() string { return i.ref.TagStr() }
 
+// ContainerdRef is the name the image has in a node's containerd after Load,
+// and the one the kubelet asks for: Ref in Docker's normalized form
+// (docker.io/meshctl/dataplane:v0.1.0), because `ctr images import`
+// normalizes a docker-archive's tags that way.
+func (i *Image) ContainerdRef() string {
+	reg, repo := i.ref.RegistryStr(), i.ref.RepositoryStr()
+	switch reg {
+	case "", name.DefaultRegistry, "docker.io":
+		// Docker Hub: official images live under library/.
+		if !strings.Contains(repo, "/") {
+			repo = "library/" + repo
+		}
+		reg = "docker.io"
+	}
+	return reg + "/" + repo + ":" + i.ref.TagStr()
+}
+
 // ID is the digest of the image's config, what containerd and Docker call
 // the image ID: it changes exactly when the content does.
 func (i *Image) ID() (string, error) {
@@ -236,6 +253,35 @@ func (i *Image) Load(ctx context.Context, exec Executor, nodes ...Node) error {
 	return parallel.ForEach(nodes, func(node Node) error {
 		if err := exec.Exec(ctx, node.Cluster, node.Name, archive, "sh", "-c", importScript); err != nil {
 			return fmt.Errorf("loading %s into node %s of cluster %s: %w", i.Ref(), node.Name, node.Cluster, err)
+		}
+		return nil
+	})
+}
+
+// removeScript deletes from the CRI's containerd namespace the image named
+// $1 and the aliases importScript's --digests gave it (import-<date>@<digest>
+// of the same manifest), so that nothing refers to its content any more and
+// containerd's garbage collector frees it. Images of other names, even of the
+// same content, stay. A node without the image has nothing to remove.
+const removeScript = `images=$(ctr --namespace=k8s.io images ls) || exit
+names=$(printf '%s\n' "$images" | awk -v ref="$1" '
+NR > 1 { name[NR] = $1; target[NR] = $3; if ($1 == ref) digest = $3 }
+END {
+	if (digest == "") exit
+	for (i in name)
+		if (name[i] == ref || (target[i] == digest && substr(name[i], length(name[i]) - length(digest)) == "@" digest))
+			print name[i]
+}')
+[ -z "$names" ] || exec ctr --namespace=k8s.io images rm $names`
+
+// Remove deletes the image (ContainerdRef) from the nodes, all in parallel,
+// as uninstalling undoes Load; a node without it is fine. It returns every
+// node's failure, joined, each naming its cluster and node.
+func (i *Image) Remove(ctx context.Context, exec Executor, nodes ...Node) error {
+	ref := i.ContainerdRef()
+	return parallel.ForEach(nodes, func(node Node) error {
+		if err := exec.Exec(ctx, node.Cluster, node.Name, nil, "sh", "-c", removeScript, "sh", ref); err != nil {
+			return fmt.Errorf("removing %s from node %s of cluster %s: %w", ref, node.Name, node.Cluster, err)
 		}
 		return nil
 	})

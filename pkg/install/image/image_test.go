@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -225,6 +226,109 @@ func TestLoad(t *testing.T) {
 		if id, _ := got.ConfigName(); id.String() != want {
 			t.Errorf("%s got image %s, want %s", n, id, want)
 		}
+	}
+}
+
+func TestContainerdRef(t *testing.T) {
+	t.Parallel()
+	bin := staticBinary(t)
+	for _, tt := range []struct {
+		opts []Option
+		want string
+	}{
+		{nil, "docker.io/meshctl/dataplane:v1"},
+		{[]Option{WithRepository("dataplane")}, "docker.io/library/dataplane:v1"},
+		{[]Option{WithRegistry("localhost:5001")}, "localhost:5001/meshctl/dataplane:v1"},
+		{[]Option{WithRegistry("ghcr.io/me")}, "ghcr.io/me/meshctl/dataplane:v1"},
+		{[]Option{WithRegistry("index.docker.io/me")}, "docker.io/me/meshctl/dataplane:v1"},
+	} {
+		img, err := New(append([]Option{WithBinary(bin), WithTag("v1")}, tt.opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := img.ContainerdRef(); got != tt.want {
+			t.Errorf("ContainerdRef of %s = %q, want %q", img.Ref(), got, tt.want)
+		}
+	}
+}
+
+func TestRemove(t *testing.T) {
+	t.Parallel()
+	img, err := New(WithBinary(staticBinary(t)), WithTag("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{calls: map[string][]byte{}, fail: map[string]bool{"c1-worker": true}}
+	err = img.Remove(context.Background(), r,
+		Node{Cluster: "c1", Name: "c1-control-plane"}, Node{Cluster: "c1", Name: "c1-worker"}, Node{Cluster: "c2", Name: "c2-control-plane"})
+	if err == nil || !strings.Contains(err.Error(), "removing docker.io/meshctl/dataplane:test from node c1-worker of cluster c1: ctr: boom") ||
+		strings.Contains(err.Error(), "control-plane") {
+		t.Fatalf("Remove error %v, want only c1-worker's failure, named", err)
+	}
+	if len(r.calls) != 3 {
+		t.Fatalf("exec'd on %d nodes, want 3", len(r.calls))
+	}
+	if want := []string{"sh", "-c", removeScript, "sh", "docker.io/meshctl/dataplane:test"}; strings.Join(r.argv, "\x00") != strings.Join(want, "\x00") {
+		t.Errorf("argv %q", r.argv)
+	}
+}
+
+// removeScript run by a real shell and awk against a stand-in ctr that lists
+// what a node's containerd holds after Load (the tag, the import's digest
+// alias) beside images that must stay: another tag of the same content, a
+// digest alias of other content, another tag of the repository.
+func TestRemoveScript(t *testing.T) {
+	t.Parallel()
+	const (
+		ours   = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+		theirs = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+	)
+	listing := `REF                                                                         TYPE                                                 DIGEST  SIZE     PLATFORMS   LABELS
+docker.io/meshctl/dataplane:v1                                              application/vnd.docker.distribution.manifest.v2+json ` + ours + ` 40.1 MiB linux/amd64 -
+import-2026-12-03@` + ours + ` application/vnd.docker.distribution.manifest.v2+json ` + ours + ` 40.1 MiB linux/amd64 -
+localhost:5001/meshctl/dataplane:v1                                         application/vnd.docker.distribution.manifest.v2+json ` + ours + ` 40.1 MiB linux/amd64 -
+import-2026-12-01@` + theirs + ` application/vnd.docker.distribution.manifest.v2+json ` + theirs + ` 40.0 MiB linux/amd64 -
+docker.io/meshctl/dataplane:v0                                              application/vnd.docker.distribution.manifest.v2+json ` + theirs + ` 40.0 MiB linux/amd64 -
+`
+	dir := t.TempDir()
+	ctr := `#!/bin/sh
+[ "$1" = --namespace=k8s.io ] || { echo "ctr: wrong namespace $1" >&2; exit 2; }
+case "$2 $3" in
+"images ls") cat "$(dirname "$0")/listing" ;;
+"images rm") shift 3; echo "$@" >>"$(dirname "$0")/removed" ;;
+*) echo "ctr: unexpected $*" >&2; exit 2 ;;
+esac
+`
+	if err := os.WriteFile(filepath.Join(dir, "ctr"), []byte(ctr), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(ref string) string {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "listing"), []byte(listing), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_ = os.Remove(filepath.Join(dir, "removed"))
+		cmd := exec.Command("sh", "-c", removeScript, "sh", ref)
+		cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("removeScript %s: %v: %s", ref, err, out)
+		}
+		removed, err := os.ReadFile(filepath.Join(dir, "removed"))
+		if errors.Is(err, os.ErrNotExist) {
+			return "(nothing)"
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := strings.Fields(string(removed))
+		sort.Strings(names)
+		return strings.Join(names, " ")
+	}
+	if got, want := run("docker.io/meshctl/dataplane:v1"), "docker.io/meshctl/dataplane:v1 import-2026-12-03@"+ours; got != want {
+		t.Errorf("removed %s, want %s", got, want)
+	}
+	if got := run("docker.io/meshctl/dataplane:v2"); got != "(nothing)" {
+		t.Errorf("an image that is not there: removed %s, want nothing", got)
 	}
 }
 
