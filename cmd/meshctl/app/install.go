@@ -142,7 +142,10 @@ func newUninstallCommand(g *globals) *cobra.Command {
 		Long: `Uninstall meshctl's charts from every cluster of the environment, in
 parallel, the dataplane before the CNI. install-cni takes meshctl-cni out of
 each node's CNI config as its Pods stop. Charts that are not installed are
-reported, not an error. The cacerts Secret and the namespace stay.`,
+reported, not an error. Then the dataplane image meshctl side-loaded
+(docker.io/meshctl/dataplane:<version>) is removed from the nodes of the kind
+clusters whose charts are gone; a node where that fails is a warning, not an
+error. The cacerts Secret and the namespace stay.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			format, err := g.outputFormat()
