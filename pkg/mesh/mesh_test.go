@@ -195,12 +195,16 @@ func TestUninstallRemovesTheImage(t *testing.T) {
 		{Cluster: "cluster1"}, {Cluster: "cluster2", Error: "uninstalling meshctl-cni: timed out"}, {Cluster: "cluster3"}, {Cluster: "cluster4"}}}
 	b.removeImage(context.Background(), "mt", cs, res)
 
+	_, id, err := b.dataplaneImage()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var nodes []string
 	for _, e := range p.execs {
 		node, argv, _ := strings.Cut(e, ": ")
 		nodes = append(nodes, node)
-		if !strings.HasSuffix(argv, " docker.io/meshctl/dataplane:t1") || !strings.Contains(argv, "images rm") {
-			t.Errorf("%s ran %q, want the removal of docker.io/meshctl/dataplane:t1", node, argv)
+		if !strings.HasSuffix(argv, " docker.io/meshctl/dataplane:t1 "+id) || !strings.Contains(argv, "images rm") {
+			t.Errorf("%s ran %q, want the removal of docker.io/meshctl/dataplane:t1 (ID %s)", node, argv, id)
 		}
 	}
 	sort.Strings(nodes)

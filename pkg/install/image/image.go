@@ -259,28 +259,40 @@ func (i *Image) Load(ctx context.Context, exec Executor, nodes ...Node) error {
 }
 
 // removeScript deletes from the CRI's containerd namespace the image named
-// $1 and the aliases importScript's --digests gave it (import-<date>@<digest>
-// of the same manifest), so that nothing refers to its content any more and
-// containerd's garbage collector frees it. Images of other names, even of the
-// same content, stay. A node without the image has nothing to remove.
+// $1 and the other names containerd gave it: the alias importScript's
+// --digests made (import-<date>@<manifest digest>) and the name the CRI
+// plugin adds once the kubelet has used the image, its ID $2 (the config
+// digest). Then nothing refers to the content any more and containerd's
+// garbage collector frees it. Images of other names stay; when one has the
+// same content, the ID name stays with it, since the CRI lists that image
+// by it. A node without the image has nothing to remove.
 const removeScript = `images=$(ctr --namespace=k8s.io images ls) || exit
-names=$(printf '%s\n' "$images" | awk -v ref="$1" '
+names=$(printf '%s\n' "$images" | awk -v ref="$1" -v id="$2" '
 NR > 1 { name[NR] = $1; target[NR] = $3; if ($1 == ref) digest = $3 }
 END {
 	if (digest == "") exit
-	for (i in name)
-		if (name[i] == ref || (target[i] == digest && substr(name[i], length(name[i]) - length(digest)) == "@" digest))
-			print name[i]
+	for (i in name) {
+		if (target[i] != digest) continue
+		if (name[i] == ref || substr(name[i], length(name[i]) - length(digest)) == "@" digest) print name[i]
+		else if (name[i] == id) idName = name[i]
+		else others++
+	}
+	if (idName != "" && others == 0) print idName
 }')
 [ -z "$names" ] || exec ctr --namespace=k8s.io images rm $names`
 
-// Remove deletes the image (ContainerdRef) from the nodes, all in parallel,
-// as uninstalling undoes Load; a node without it is fine. It returns every
-// node's failure, joined, each naming its cluster and node.
+// Remove deletes the image (ContainerdRef, and the names containerd gave
+// it) from the nodes, all in parallel, as uninstalling undoes Load; a node
+// without it is fine. It returns every node's failure, joined, each naming
+// its cluster and node.
 func (i *Image) Remove(ctx context.Context, exec Executor, nodes ...Node) error {
 	ref := i.ContainerdRef()
+	id, err := i.ID()
+	if err != nil {
+		return fmt.Errorf("removing %s: %w", ref, err)
+	}
 	return parallel.ForEach(nodes, func(node Node) error {
-		if err := exec.Exec(ctx, node.Cluster, node.Name, nil, "sh", "-c", removeScript, "sh", ref); err != nil {
+		if err := exec.Exec(ctx, node.Cluster, node.Name, nil, "sh", "-c", removeScript, "sh", ref, id); err != nil {
 			return fmt.Errorf("removing %s from node %s of cluster %s: %w", ref, node.Name, node.Cluster, err)
 		}
 		return nil

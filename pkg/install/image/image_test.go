@@ -268,28 +268,32 @@ func TestRemove(t *testing.T) {
 	if len(r.calls) != 3 {
 		t.Fatalf("exec'd on %d nodes, want 3", len(r.calls))
 	}
-	if want := []string{"sh", "-c", removeScript, "sh", "docker.io/meshctl/dataplane:test"}; strings.Join(r.argv, "\x00") != strings.Join(want, "\x00") {
+	id, _ := img.ID()
+	if want := []string{"sh", "-c", removeScript, "sh", "docker.io/meshctl/dataplane:test", id}; strings.Join(r.argv, "\x00") != strings.Join(want, "\x00") {
 		t.Errorf("argv %q", r.argv)
 	}
 }
 
 // removeScript run by a real shell and awk against a stand-in ctr that lists
-// what a node's containerd holds after Load (the tag, the import's digest
-// alias) beside images that must stay: another tag of the same content, a
-// digest alias of other content, another tag of the repository.
+// what a node's containerd holds after Load and a Pod: the tag, the import's
+// digest alias, the CRI's ID name — beside images that must stay: digest
+// aliases and tags of other content, and (second listing) another tag of the
+// same content, which keeps the ID name too.
 func TestRemoveScript(t *testing.T) {
 	t.Parallel()
 	const (
 		ours   = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+		id     = "sha256:3333333333333333333333333333333333333333333333333333333333333333"
 		theirs = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
 	)
-	listing := `REF                                                                         TYPE                                                 DIGEST  SIZE     PLATFORMS   LABELS
-docker.io/meshctl/dataplane:v1                                              application/vnd.docker.distribution.manifest.v2+json ` + ours + ` 40.1 MiB linux/amd64 -
-import-2026-12-03@` + ours + ` application/vnd.docker.distribution.manifest.v2+json ` + ours + ` 40.1 MiB linux/amd64 -
-localhost:5001/meshctl/dataplane:v1                                         application/vnd.docker.distribution.manifest.v2+json ` + ours + ` 40.1 MiB linux/amd64 -
-import-2026-12-01@` + theirs + ` application/vnd.docker.distribution.manifest.v2+json ` + theirs + ` 40.0 MiB linux/amd64 -
-docker.io/meshctl/dataplane:v0                                              application/vnd.docker.distribution.manifest.v2+json ` + theirs + ` 40.0 MiB linux/amd64 -
-`
+	line := func(name, digest string) string {
+		return name + "   application/vnd.docker.distribution.manifest.v2+json " + digest + " 40.1 MiB linux/amd64 io.cri-containerd.image=managed\n"
+	}
+	header := "REF   TYPE   DIGEST   SIZE   PLATFORMS   LABELS\n"
+	node := header + line("docker.io/meshctl/dataplane:v1", ours) + line("import-2026-12-03@"+ours, ours) + line(id, ours) +
+		line("import-2026-12-01@"+theirs, theirs) + line("docker.io/meshctl/dataplane:v0", theirs) + line("registry.k8s.io/pause:3.10.1", theirs)
+	sharing := node + line("localhost:5001/meshctl/dataplane:v1", ours)
+
 	dir := t.TempDir()
 	ctr := `#!/bin/sh
 [ "$1" = --namespace=k8s.io ] || { echo "ctr: wrong namespace $1" >&2; exit 2; }
@@ -302,13 +306,13 @@ esac
 	if err := os.WriteFile(filepath.Join(dir, "ctr"), []byte(ctr), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	run := func(ref string) string {
+	run := func(listing, ref string) string {
 		t.Helper()
 		if err := os.WriteFile(filepath.Join(dir, "listing"), []byte(listing), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		_ = os.Remove(filepath.Join(dir, "removed"))
-		cmd := exec.Command("sh", "-c", removeScript, "sh", ref)
+		cmd := exec.Command("sh", "-c", removeScript, "sh", ref, id)
 		cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("removeScript %s: %v: %s", ref, err, out)
@@ -324,10 +328,14 @@ esac
 		sort.Strings(names)
 		return strings.Join(names, " ")
 	}
-	if got, want := run("docker.io/meshctl/dataplane:v1"), "docker.io/meshctl/dataplane:v1 import-2026-12-03@"+ours; got != want {
+	// (sorted: "d" < "i" < "s")
+	if got, want := run(node, "docker.io/meshctl/dataplane:v1"), "docker.io/meshctl/dataplane:v1 import-2026-12-03@"+ours+" "+id; got != want {
 		t.Errorf("removed %s, want %s", got, want)
 	}
-	if got := run("docker.io/meshctl/dataplane:v2"); got != "(nothing)" {
+	if got, want := run(sharing, "docker.io/meshctl/dataplane:v1"), "docker.io/meshctl/dataplane:v1 import-2026-12-03@"+ours; got != want {
+		t.Errorf("with another tag of the same content: removed %s, want %s", got, want)
+	}
+	if got := run(node, "docker.io/meshctl/dataplane:v2"); got != "(nothing)" {
 		t.Errorf("an image that is not there: removed %s, want nothing", got)
 	}
 }
