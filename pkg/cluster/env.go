@@ -150,6 +150,14 @@ func (p *Provider) Kubeconfig(ctx context.Context, env, name string, internal bo
 	return p.kubeconfig(c, internal)
 }
 
+// ClusterKubeconfig is Kubeconfig for a cluster whose plan the caller has
+// (from Environment): finding a cluster by name lists every cluster on the
+// machine and reads each one's record, so a step that needs every
+// cluster's kubeconfig would do that once per cluster.
+func (p *Provider) ClusterKubeconfig(_ context.Context, c ClusterPlan, internal bool) ([]byte, error) {
+	return p.kubeconfig(c, internal)
+}
+
 // DownResult reports what `down` deleted.
 type DownResult struct {
 	Env     string   `json:"env"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,8 +30,12 @@ type InstallReport struct {
 	Image   string `json:"image"`
 	ImageID string `json:"imageID"`
 	// Pushed is where the image was pushed (WithImageRegistry), with digest.
-	Pushed   string                    `json:"pushed,omitempty"`
-	Clusters []installer.ClusterResult `json:"clusters"`
+	Pushed string `json:"pushed,omitempty"`
+	// ImageLoaded are the kind nodes the image was side-loaded into;
+	// ImagePresent those that had this very image already (a rerun).
+	ImageLoaded  []string                  `json:"imageLoaded,omitempty"`
+	ImagePresent []string                  `json:"imagePresent,omitempty"`
+	Clusters     []installer.ClusterResult `json:"clusters"`
 }
 
 // Failed lists the clusters whose install failed.
@@ -68,7 +73,7 @@ func (b *Builder) Install(ctx context.Context, plan *cluster.Plan, gateways ...g
 			return nil, err
 		}
 	}
-	if err := b.loadImage(ctx, plan, img); err != nil {
+	if err := b.loadImage(ctx, plan, img, report); err != nil {
 		return nil, err
 	}
 	var res *installer.Result
@@ -325,7 +330,7 @@ func requireCacerts(ctx context.Context, targets []installer.Target) error {
 
 // loadImage side-loads the image into every node of every kind cluster of
 // plan (existing clusters pull it from the registry it was pushed to).
-func (b *Builder) loadImage(ctx context.Context, plan *cluster.Plan, img *image.Image) error {
+func (b *Builder) loadImage(ctx context.Context, plan *cluster.Plan, img *image.Image, report *InstallReport) error {
 	nodes, err := b.kindNodes(ctx, plan.Env, func(c cluster.ClusterPlan) bool {
 		pc, ok := plan.Cluster(c.Name)
 		return ok && !pc.Existing
@@ -336,9 +341,23 @@ func (b *Builder) loadImage(ctx context.Context, plan *cluster.Plan, img *image.
 	if len(nodes) == 0 {
 		return nil
 	}
-	return b.step(fmt.Sprintf("Loading %s into %d node(s)", img.Ref(), len(nodes)), func() error {
-		return img.Load(ctx, b.p, nodes...)
-	})
+	missing := img.Missing(ctx, b.p, nodes...)
+	for _, n := range nodes {
+		if slices.Contains(missing, n) {
+			report.ImageLoaded = append(report.ImageLoaded, n.Name)
+		} else {
+			report.ImagePresent = append(report.ImagePresent, n.Name)
+		}
+	}
+	if len(missing) == 0 {
+		b.o.logger.V(0).Infof(" • %s is already on all %d node(s)", img.Ref(), len(nodes))
+		return nil
+	}
+	title := fmt.Sprintf("Loading %s into %d node(s)", img.Ref(), len(missing))
+	if len(missing) < len(nodes) {
+		title += fmt.Sprintf(" (%d have it)", len(nodes)-len(missing))
+	}
+	return b.step(title, func() error { return img.Load(ctx, b.p, missing...) })
 }
 
 // kindNodes lists, from each cluster's API server, the nodes of the kind

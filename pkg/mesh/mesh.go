@@ -39,7 +39,7 @@ import (
 type Provider interface {
 	Up(ctx context.Context, plan *cluster.Plan, opts ...cluster.UpOption) (*cluster.UpResult, error)
 	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
-	Kubeconfig(ctx context.Context, env, name string, internal bool) ([]byte, error)
+	ClusterKubeconfig(ctx context.Context, c cluster.ClusterPlan, internal bool) ([]byte, error)
 	KubeconfigPath(env, name string, internal bool) string
 	Status(ctx context.Context, env, registry string) (*cluster.StatusResult, error)
 	Exec(ctx context.Context, kindName, node string, stdin []byte, argv ...string) error

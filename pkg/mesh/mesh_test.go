@@ -48,7 +48,7 @@ func (f *fakeProvider) Environment(context.Context, string) ([]cluster.ClusterPl
 	return nil, nil
 }
 
-func (f *fakeProvider) Kubeconfig(context.Context, string, string, bool) ([]byte, error) {
+func (f *fakeProvider) ClusterKubeconfig(context.Context, cluster.ClusterPlan, bool) ([]byte, error) {
 	return nil, errors.New("no kubeconfig")
 }
 

@@ -292,7 +292,17 @@ func summaryDirs(r ginkgo.Report, e *Env) []string {
 const artifactsEntry = "meshtest artifacts"
 
 func printSummary(w io.Writer, r ginkgo.Report) {
-	fmt.Fprintf(w, "Suite %q failed: %s\n", r.SuiteDescription, strings.Join(r.SpecialSuiteFailureReasons, "; "))
+	failed := 0
+	for _, s := range r.SpecReports {
+		if s.Failed() {
+			failed++
+		}
+	}
+	fmt.Fprintf(w, "Suite %q failed: %d spec(s)", r.SuiteDescription, failed)
+	if len(r.SpecialSuiteFailureReasons) > 0 {
+		fmt.Fprintf(w, "; %s", strings.Join(r.SpecialSuiteFailureReasons, "; "))
+	}
+	fmt.Fprintln(w)
 	for _, s := range r.SpecReports {
 		if !s.Failed() {
 			continue

@@ -256,7 +256,7 @@ func reuse(ctx context.Context, p provider, cfg config, plan *cluster.Plan) (des
 	}
 	d := description{Env: env, Artifacts: cfg.Artifacts, EchoImage: cfg.EchoImage, Keep: true}
 	for _, c := range have {
-		kc, err := p.Kubeconfig(ctx, env, c.Name, false)
+		kc, err := p.ClusterKubeconfig(ctx, c, false)
 		if err != nil {
 			return description{}, fmt.Errorf("meshtest: environment %q: %w", env, err)
 		}

@@ -75,15 +75,15 @@ func (f *fakeProvider) Environment(_ context.Context, env string) ([]cluster.Clu
 	return append([]cluster.ClusterPlan(nil), f.clusters...), nil
 }
 
-func (f *fakeProvider) Kubeconfig(_ context.Context, env, name string, _ bool) ([]byte, error) {
+func (f *fakeProvider) ClusterKubeconfig(_ context.Context, want cluster.ClusterPlan, _ bool) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, c := range f.clusters {
-		if c.Name == name && env == f.env {
+		if c.Name == want.Name && c.KindName == want.KindName {
 			return f.kubeconfig(i), nil
 		}
 	}
-	return nil, fmt.Errorf("no cluster %q in environment %q", name, env)
+	return nil, fmt.Errorf("no cluster %q (kind %q)", want.Name, want.KindName)
 }
 
 // Status reports one Ready control-plane node per cluster, 172.18.0.<i+2>,

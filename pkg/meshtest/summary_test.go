@@ -2,6 +2,7 @@ package meshtest
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/onsi/ginkgo/v2/types"
@@ -33,5 +34,37 @@ func TestSummaryDirs(t *testing.T) {
 	}
 	if got := summaryDirs(types.Report{}, nil); len(got) != 0 {
 		t.Errorf("no failures, no environment: %v", got)
+	}
+}
+
+// The summary says how many specs failed and, for each, its text, message,
+// location and artifacts; a suite-level failure (a BeforeSuite) is named.
+func TestPrintSummary(t *testing.T) {
+	r := types.Report{SuiteDescription: "mesh e2e", SpecReports: types.SpecReports{
+		{State: types.SpecStatePassed, LeafNodeText: "passes"},
+		{
+			State: types.SpecStateFailed, ContainerHierarchyTexts: []string{"routes"}, LeafNodeText: "reach",
+			Failure:       types.Failure{Message: "Timed out.\npod a could not reach b", Location: types.CodeLocation{FileName: "x_test.go", LineNumber: 7}},
+			ReportEntries: types.ReportEntries{{Name: artifactsEntry, Value: types.WrapEntryValue("/a/env/failures/routes-reach")}},
+		},
+	}}
+	var b strings.Builder
+	printSummary(&b, r)
+	want := `Suite "mesh e2e" failed: 1 spec(s)
+
+failed: routes reach
+  Timed out.
+  pod a could not reach b
+  at x_test.go:7
+  artifacts: /a/env/failures/routes-reach
+`
+	if b.String() != want {
+		t.Errorf("summary:\n%s\nwant:\n%s", b.String(), want)
+	}
+	r.SpecialSuiteFailureReasons = []string{"Interrupted by User"}
+	b.Reset()
+	printSummary(&b, r)
+	if first, _, _ := strings.Cut(b.String(), "\n"); first != `Suite "mesh e2e" failed: 1 spec(s); Interrupted by User` {
+		t.Errorf("first line %q", first)
 	}
 }

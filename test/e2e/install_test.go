@@ -19,9 +19,11 @@ import (
 
 // installOutput is what `up -o json` and `install -o json` print.
 type installOutput struct {
-	Image    string `json:"image"`
-	ImageID  string `json:"imageID"`
-	Clusters []struct {
+	Image        string   `json:"image"`
+	ImageID      string   `json:"imageID"`
+	ImageLoaded  []string `json:"imageLoaded"`
+	ImagePresent []string `json:"imagePresent"`
+	Clusters     []struct {
 		Cluster  string `json:"cluster"`
 		Error    string `json:"error"`
 		Releases []struct {
@@ -67,6 +69,13 @@ var _ = Describe("the dataplane install", Ordered, func() {
 	var first installOutput
 	nodes := map[string][]string{}     // cluster -> node names
 	imageDigest := map[string]string{} // node -> manifest digest of the side-loaded image
+	allNodes := func() []string {
+		var out []string
+		for _, ns := range nodes {
+			out = append(out, ns...)
+		}
+		return out
+	}
 
 	BeforeAll(func(ctx SpecContext) {
 		// This container tests install, uninstall and the dataplane, not
@@ -93,6 +102,9 @@ var _ = Describe("the dataplane install", Ordered, func() {
 		Expect(first.Image).To(HavePrefix("meshctl/dataplane:"))
 		Expect(releaseActions(&first)).To(HaveLen(4))
 		Expect(releaseActions(&first)).To(ConsistOf(allActions(&first, "unchanged")))
+		// The image is already in every node's containerd: nothing is sent.
+		Expect(first.ImageLoaded).To(BeEmpty())
+		Expect(first.ImagePresent).To(ConsistOf(allNodes()))
 	})
 
 	It("side-loaded the dataplane image into every node's containerd", func() {
@@ -186,6 +198,10 @@ var _ = Describe("the dataplane install", Ordered, func() {
 		meshctlJSON(&res, "install", "--env", instEnv)
 		Expect(releaseActions(&res)).To(ConsistOf(allActions(&res, "installed")))
 		Expect(res.ImageID).To(Equal(first.ImageID))
+		// uninstall took the image away: install finds it missing and
+		// loads it again into every node
+		Expect(res.ImagePresent).To(BeEmpty())
+		Expect(res.ImageLoaded).To(ConsistOf(allNodes()))
 		for _, ns := range nodes {
 			for _, n := range ns {
 				Expect(nodeImages(n)).To(HaveKeyWithValue("docker.io/"+first.Image, imageDigest[n]), "node %s", n)

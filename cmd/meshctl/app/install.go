@@ -90,6 +90,15 @@ func printInstall(w io.Writer, r *mesh.InstallReport) error {
 	if r.Pushed != "" {
 		fmt.Fprintf(w, "Pushed as %s\n", r.Pushed)
 	}
+	switch loaded, n := len(r.ImageLoaded), len(r.ImageLoaded)+len(r.ImagePresent); {
+	case n == 0: // no kind nodes
+	case loaded == n:
+		fmt.Fprintf(w, "Side-loaded into %d kind node(s)\n", n)
+	case loaded == 0:
+		fmt.Fprintf(w, "Already on all %d kind node(s)\n", n)
+	default:
+		fmt.Fprintf(w, "Side-loaded into %d of %d kind node(s) (the others had it)\n", loaded, n)
+	}
 	return printReleases(w, &installer.Result{Clusters: r.Clusters})
 }
 

@@ -22,7 +22,7 @@ import (
 // cluster.Provider is one.
 type Source interface {
 	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
-	Kubeconfig(ctx context.Context, env, name string, internal bool) ([]byte, error)
+	ClusterKubeconfig(ctx context.Context, c cluster.ClusterPlan, internal bool) ([]byte, error)
 }
 
 // Defaults.
@@ -212,7 +212,7 @@ func (c *Checker) resolve(ctx context.Context, env string) ([]*run, error) {
 		runs[i] = &run{plan: p}
 	}
 	err = parallel.ForEach(runs, func(r *run) error {
-		kc, err := c.source.Kubeconfig(ctx, env, r.plan.Name, false)
+		kc, err := c.source.ClusterKubeconfig(ctx, r.plan, false)
 		if err != nil {
 			return fmt.Errorf("cluster %q: kubeconfig: %w", r.plan.Name, err)
 		}

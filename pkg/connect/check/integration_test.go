@@ -23,7 +23,7 @@ func (s oneCluster) Environment(context.Context, string) ([]cluster.ClusterPlan,
 	return []cluster.ClusterPlan{{Name: "c1", KindName: "it-c1", Network: "network-1"}}, nil
 }
 
-func (s oneCluster) Kubeconfig(context.Context, string, string, bool) ([]byte, error) {
+func (s oneCluster) ClusterKubeconfig(context.Context, cluster.ClusterPlan, bool) ([]byte, error) {
 	return s.kubeconfig, nil
 }
 

@@ -49,7 +49,7 @@ type recordsOnly struct {
 func (r recordsOnly) Environment(context.Context, string) ([]cluster.ClusterPlan, error) {
 	return nil, fmt.Errorf("not here")
 }
-func (r recordsOnly) Kubeconfig(context.Context, string, string, bool) ([]byte, error) {
+func (r recordsOnly) ClusterKubeconfig(context.Context, cluster.ClusterPlan, bool) ([]byte, error) {
 	return nil, fmt.Errorf("not here")
 }
 func (r recordsOnly) List(ctx context.Context) ([]cluster.Existing, error) {

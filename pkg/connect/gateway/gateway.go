@@ -25,7 +25,7 @@ const DefaultTimeout = 5 * time.Minute
 // cluster's load-balancer pools are recorded; cluster.Provider is one.
 type Source interface {
 	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
-	Kubeconfig(ctx context.Context, env, name string, internal bool) ([]byte, error)
+	ClusterKubeconfig(ctx context.Context, c cluster.ClusterPlan, internal bool) ([]byte, error)
 	List(ctx context.Context) ([]cluster.Existing, error)
 	SetPools(ctx context.Context, kindName string, pools *cluster.Pools) error
 }
@@ -239,7 +239,7 @@ func multiNetwork(plans []cluster.ClusterPlan) bool {
 func (i *Installer) targets(ctx context.Context, env string, plans []cluster.ClusterPlan) ([]target, error) {
 	var out []target
 	for k, p := range plans {
-		kc, err := i.source.Kubeconfig(ctx, env, p.Name, false)
+		kc, err := i.source.ClusterKubeconfig(ctx, p, false)
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", p.Name, err)
 		}

@@ -125,10 +125,10 @@ func (s *envSource) Environment(context.Context, string) ([]cluster.ClusterPlan,
 	return s.plans, nil
 }
 
-func (s *envSource) Kubeconfig(_ context.Context, _, name string, _ bool) ([]byte, error) {
-	cfg, ok := s.configs[name]
+func (s *envSource) ClusterKubeconfig(_ context.Context, c cluster.ClusterPlan, _ bool) ([]byte, error) {
+	cfg, ok := s.configs[c.Name]
 	if !ok {
-		return nil, fmt.Errorf("no cluster %q", name)
+		return nil, fmt.Errorf("no cluster %q", c.Name)
 	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}

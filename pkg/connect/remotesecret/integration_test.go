@@ -31,13 +31,13 @@ func (s *envSource) Environment(context.Context, string) ([]cluster.ClusterPlan,
 	return s.clusters, nil
 }
 
-func (s *envSource) Kubeconfig(_ context.Context, _, name string, _ bool) ([]byte, error) {
-	if name == s.broken {
+func (s *envSource) ClusterKubeconfig(_ context.Context, c cluster.ClusterPlan, _ bool) ([]byte, error) {
+	if c.Name == s.broken {
 		return nil, fmt.Errorf("node container is gone")
 	}
-	kc, ok := s.kubeconfigs[name]
+	kc, ok := s.kubeconfigs[c.Name]
 	if !ok {
-		return nil, fmt.Errorf("no cluster %q", name)
+		return nil, fmt.Errorf("no cluster %q", c.Name)
 	}
 	return kc, nil
 }

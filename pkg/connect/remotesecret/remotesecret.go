@@ -21,9 +21,9 @@ import (
 // cluster.Provider is one.
 type Source interface {
 	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
-	// Kubeconfig is an admin kubeconfig; internal selects the one whose
-	// server is the address other clusters use (the kind network).
-	Kubeconfig(ctx context.Context, env, name string, internal bool) ([]byte, error)
+	// ClusterKubeconfig is an admin kubeconfig; internal selects the one
+	// whose server is the address other clusters use (the kind network).
+	ClusterKubeconfig(ctx context.Context, c cluster.ClusterPlan, internal bool) ([]byte, error)
 }
 
 // Manager creates the remote secrets of an environment.
@@ -106,7 +106,7 @@ func (m *Manager) Ensure(ctx context.Context, env string) (*Result, error) {
 	for _, p := range pairs {
 		sources[p.source], targets[p.target] = true, true
 	}
-	eps, err := m.resolve(ctx, env, sources, targets)
+	eps, err := m.resolve(ctx, cs, sources, targets)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +167,7 @@ func (m *Manager) Secret(ctx context.Context, env, name string) (*corev1.Secret,
 	if err != nil {
 		return nil, err
 	}
-	eps, err := m.resolve(ctx, env, map[string]bool{name: true}, nil)
+	eps, err := m.resolve(ctx, cs, map[string]bool{name: true}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +207,11 @@ func (m *Manager) clusters(ctx context.Context, env string) ([]cluster.ClusterPl
 
 // resolve reads, concurrently, a client for every cluster involved and the
 // internal API server address of every source.
-func (m *Manager) resolve(ctx context.Context, env string, sources, targets map[string]bool) (map[string]endpoint, error) {
+func (m *Manager) resolve(ctx context.Context, cs []cluster.ClusterPlan, sources, targets map[string]bool) (map[string]endpoint, error) {
+	plans := map[string]cluster.ClusterPlan{}
+	for _, c := range cs {
+		plans[c.Name] = c
+	}
 	all := map[string]bool{}
 	for n := range sources {
 		all[n] = true
@@ -219,7 +223,7 @@ func (m *Manager) resolve(ctx context.Context, env string, sources, targets map[
 	eps := make([]endpoint, len(names))
 	err := each(len(names), func(i int) error {
 		name := names[i]
-		kc, err := m.source.Kubeconfig(ctx, env, name, false)
+		kc, err := m.source.ClusterKubeconfig(ctx, plans[name], false)
 		if err != nil {
 			return fmt.Errorf("cluster %q: kubeconfig: %w", name, err)
 		}
@@ -235,7 +239,7 @@ func (m *Manager) resolve(ctx context.Context, env string, sources, targets map[
 		if !sources[name] {
 			return nil
 		}
-		ikc, err := m.source.Kubeconfig(ctx, env, name, true)
+		ikc, err := m.source.ClusterKubeconfig(ctx, plans[name], true)
 		if err != nil {
 			return fmt.Errorf("cluster %q: internal kubeconfig: %w", name, err)
 		}

@@ -242,6 +242,45 @@ type Node struct {
 const importScript = `snap=$(containerd config dump 2>/dev/null | awk -F'"' '/^[[:space:]]*snapshotter = /{print $2; exit}')
 exec ctr --namespace=k8s.io images import --all-platforms --digests --snapshotter="${snap:-overlayfs}" -`
 
+// hasScript exits 0 only when the node's CRI containerd holds the image
+// named $1 whose config (the image ID) is $2, with every blob present and
+// unpacked. Anything else — absent, another build under the same tag, a
+// half-finished import, ctr failing — exits non-zero, and the image is
+// imported again, which is always safe.
+const hasScript = `m=$(ctr --namespace=k8s.io images ls "name==$1" 2>/dev/null | awk 'NR==2{print $3}')
+[ -n "$m" ] && ctr --namespace=k8s.io content get "$m" | grep -qF "\"$2\"" &&
+ctr --namespace=k8s.io images check "name==$1" | awk 'NR==2 && /complete/ && $NF=="true"{ok=1} END{exit !ok}'`
+
+// Missing returns the nodes whose containerd lacks this very image (its
+// name and its ID), checking every node in parallel: a rerun then skips
+// building and sending an archive of a hundred megabytes per node. A node
+// whose check fails for any reason counts as missing the image.
+func (i *Image) Missing(ctx context.Context, exec Executor, nodes ...Node) []Node {
+	id, err := i.ID()
+	if err != nil {
+		return nodes
+	}
+	type check struct {
+		node Node
+		has  bool
+	}
+	checks := make([]*check, len(nodes))
+	for k, n := range nodes {
+		checks[k] = &check{node: n}
+	}
+	_ = parallel.ForEach(checks, func(c *check) error {
+		c.has = exec.Exec(ctx, c.node.Cluster, c.node.Name, nil, "sh", "-c", hasScript, "has", i.ContainerdRef(), id) == nil
+		return nil
+	})
+	var out []Node
+	for _, c := range checks {
+		if !c.has {
+			out = append(out, c.node)
+		}
+	}
+	return out
+}
+
 // Load side-loads the image into every node, all in parallel, and returns
 // every node's failure, each naming its cluster and node.
 func (i *Image) Load(ctx context.Context, exec Executor, nodes ...Node) error {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -489,5 +490,28 @@ func TestIntegrationPushToRegistryContainer(t *testing.T) {
 	out, err = exec.Command("docker", "run", "--rm", "--network=none", byDigest, "pushed").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "hello from meshctl [pushed]" {
 		t.Errorf("docker run %s: %v: %q", byDigest, err, out)
+	}
+}
+
+// Missing asks each node whether its containerd holds this very image (name
+// and ID); the nodes whose answer is no, or whose check fails, are missing it.
+func TestMissing(t *testing.T) {
+	t.Parallel()
+	img, err := New(WithBinary(staticBinary(t)), WithTag("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{calls: map[string][]byte{}, fail: map[string]bool{"c1-worker": true, "c2-control-plane": true}}
+	nodes := []Node{{Cluster: "c1", Name: "c1-control-plane"}, {Cluster: "c1", Name: "c1-worker"}, {Cluster: "c2", Name: "c2-control-plane"}}
+	got := img.Missing(context.Background(), r, nodes...)
+	if want := nodes[1:]; !slices.Equal(got, want) {
+		t.Errorf("Missing = %v, want %v", got, want)
+	}
+	if len(r.calls) != 3 {
+		t.Errorf("checked %d nodes, want 3", len(r.calls))
+	}
+	id, _ := img.ID()
+	if n := len(r.argv); n < 2 || r.argv[n-2] != "docker.io/meshctl/dataplane:test" || r.argv[n-1] != id {
+		t.Errorf("argv %q, want the containerd name and the image ID last", r.argv)
 	}
 }
