@@ -241,6 +241,40 @@ var _ = Describe("the dataplane install", Ordered, func() {
 		// And back.
 		Eventually(to).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(from.PodTarget()))
 	})
+
+	// Last: what `down --uninstall-only` leaves is the clusters as they
+	// were before meshctl installed anything (the container's teardown
+	// deletes them afterwards, which also shows their records stayed).
+	It("down --uninstall-only removes the charts, meshctl's objects and the image, and keeps the clusters", func(ctx SpecContext) {
+		var res struct {
+			Deleted     []string `json:"deleted"`
+			Uninstalled []struct {
+				Cluster string   `json:"cluster"`
+				Objects []string `json:"objects"`
+			} `json:"uninstalled"`
+		}
+		meshctlJSON(&res, "down", "--env", instEnv, "--uninstall-only")
+		Expect(res.Deleted).To(BeEmpty())
+		Expect(res.Uninstalled).To(HaveLen(2))
+		for _, u := range res.Uninstalled {
+			Expect(u.Objects).To(ContainElement("secrets/istio-system/cacerts"), "cluster %s", u.Cluster)
+		}
+		mesh.ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
+			for _, name := range []string{"meshctl-cni-node", "meshctl-proxy"} {
+				_, err := c.Kube.AppsV1().DaemonSets("istio-system").Get(ctx, name, metav1.GetOptions{})
+				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s: %v", name, err)
+			}
+			_, err := c.Kube.CoreV1().Secrets("istio-system").Get(ctx, "cacerts", metav1.GetOptions{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "cacerts: %v", err)
+			// The cluster itself is still there and answers.
+			list, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(list.Items).NotTo(BeEmpty())
+		})
+		for _, n := range allNodes() {
+			Expect(nodeImages(n)).NotTo(HaveKey("docker.io/"+first.Image), "node %s", n)
+		}
+	})
 })
 
 // nodeImages lists the images in a kind node's containerd (the CRI's
