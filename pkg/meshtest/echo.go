@@ -41,6 +41,10 @@ type Echo struct {
 	Pod       string
 	PodIP     string
 	ServiceIP string
+	// PodIPs and ServiceIPs hold every family's address on a dual-stack
+	// cluster (the Service prefers dual stack), PodIP and ServiceIP first.
+	PodIPs     []string
+	ServiceIPs []string
 }
 
 func (e *Echo) String() string {
@@ -125,6 +129,7 @@ metadata:
   labels: {app: %[1]s, app.kubernetes.io/managed-by: meshtest}
 spec:
   selector: {app: %[1]s}
+  ipFamilyPolicy: PreferDualStack
   ports:
   - {name: http, port: %[5]d, targetPort: %[4]d}
 `, name, cluster, image, EchoPort, EchoServicePort)
@@ -166,7 +171,7 @@ func (e *Echo) ready(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	e.ServiceIP = svc.Spec.ClusterIP
+	e.ServiceIP, e.ServiceIPs = svc.Spec.ClusterIP, svc.Spec.ClusterIPs
 	pods, err := c.Kube.CoreV1().Pods(e.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + e.Name})
 	if err != nil {
 		return "", err
@@ -178,6 +183,10 @@ func (e *Echo) ready(ctx context.Context) (string, error) {
 		}
 		if podReady(&p) && p.Status.PodIP != "" {
 			e.Pod, e.PodIP = p.Name, p.Status.PodIP
+			e.PodIPs = e.PodIPs[:0]
+			for _, ip := range p.Status.PodIPs {
+				e.PodIPs = append(e.PodIPs, ip.IP)
+			}
 			return "", nil
 		}
 		why = podProblem(&p)

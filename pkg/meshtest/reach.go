@@ -42,6 +42,30 @@ func (e *Echo) ServiceTarget() Target {
 		Expect: fmt.Sprintf("meshtest-echo cluster=%s ", e.Cluster.Name)}
 }
 
+// PodTargets are PodTarget at each of the pod's addresses: one per IP
+// family on a dual-stack cluster.
+func (e *Echo) PodTargets() []Target {
+	return e.targets(e.PodTarget(), e.PodIPs)
+}
+
+// ServiceTargets are ServiceTarget at each of the Service's cluster IPs: one
+// per IP family on a dual-stack cluster.
+func (e *Echo) ServiceTargets() []Target {
+	return e.targets(e.ServiceTarget(), e.ServiceIPs)
+}
+
+func (e *Echo) targets(t Target, ips []string) []Target {
+	if len(ips) == 0 {
+		return []Target{t}
+	}
+	out := make([]Target, len(ips))
+	for i, ip := range ips {
+		out[i] = t
+		out[i].Host = ip
+	}
+	return out
+}
+
 // Address is any TCP address that answers an HTTP GET; any answer will do.
 func Address(host string, port int) Target {
 	return Target{What: hostPort(host, port), Host: host, Port: port}

@@ -303,6 +303,9 @@ var _ = ginkgo.Describe("the echo workload", func() {
 		gomega.Expect(err).NotTo(gomega.HaveOccurred())
 		gomega.Expect(svc.Spec.Ports[0].Port).To(gomega.BeEquivalentTo(EchoServicePort))
 		gomega.Expect(svc.Spec.Ports[0].TargetPort.IntValue()).To(gomega.Equal(EchoPort))
+		// Both families where the cluster has both; this one has only IPv4.
+		gomega.Expect(*svc.Spec.IPFamilyPolicy).To(gomega.Equal(corev1.IPFamilyPolicyPreferDualStack))
+		gomega.Expect(e.ServiceIPs).To(gomega.Equal([]string{e.ServiceIP}))
 	})
 })
 
@@ -321,6 +324,19 @@ var _ = ginkgo.Describe("Reach", func() {
 		m = &reachMatcher{target: to.ServiceTarget(), from: from.String(), err: &ExitError{Code: 1}}
 		gomega.Expect(m.FailureMessage(nil)).To(gomega.Equal("pod cluster1/ns/echo-1 could not reach service cluster2/ns/echo at 10.255.20.9:80: nc failed (exit code 1): no answer (connection refused or timed out)"))
 		gomega.Expect(strings.Split(m.NegatedFailureMessage(nil), "\n")[0]).To(gomega.Equal("pod cluster1/ns/echo-1 reached service cluster2/ns/echo at 10.255.20.9:80, and should not have; it answered:"))
+
+		// Dual stack: a target per family, each expecting the same pod.
+		to.PodIPs, to.ServiceIPs = []string{"10.20.0.7", "fd00:10:20::7"}, []string{"10.255.20.9", "fd00:10:255:20::9"}
+		var got []string
+		for _, t := range append(to.PodTargets(), to.ServiceTargets()...) {
+			got = append(got, t.describe()+" expects "+t.Expect)
+		}
+		gomega.Expect(got).To(gomega.Equal([]string{
+			"pod cluster2/ns/echo-2 at 10.20.0.7:8080 expects meshtest-echo cluster=cluster2 pod=echo-2",
+			"pod cluster2/ns/echo-2 at [fd00:10:20::7]:8080 expects meshtest-echo cluster=cluster2 pod=echo-2",
+			"service cluster2/ns/echo at 10.255.20.9:80 expects meshtest-echo cluster=cluster2 ",
+			"service cluster2/ns/echo at [fd00:10:255:20::9]:80 expects meshtest-echo cluster=cluster2 ",
+		}))
 	})
 })
 
