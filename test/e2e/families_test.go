@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"net/netip"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/connect"
+	"github.com/meshctl/meshctl/pkg/meshtest"
+)
+
+// IPv6 on real kind, dual stack and IPv6 only: every node gets a pod CIDR of
+// each of the cluster's families, and connect routes them all, so pods and
+// Services of one cluster are reached from the other in every family.
+var _ = DescribeTableSubtree("clusters beyond IPv4", func(ipFamily string, want []string) {
+	famEnv := env + "-" + ipFamily
+	var mesh *meshtest.Env
+
+	BeforeAll(func(ctx SpecContext) {
+		DeferCleanup(func() {
+			if !keep() {
+				_, _, _ = meshctlResult("down", "--env", famEnv)
+			}
+		})
+		var res cluster.UpResult
+		meshctlJSON(&res, "up", "--env", famEnv, "--clusters", "2", "--ip-family", ipFamily, "--image", suite.image,
+			"--registry=false", "--install=false")
+		Expect(res.Clusters).To(HaveLen(2))
+		mesh = attach(ctx, famEnv, meshtest.WithClusters(2))
+	})
+
+	It("gives every node a pod CIDR of each family and routes them all to the other cluster", func() {
+		var st cluster.StatusResult
+		meshctlJSON(&st, "status", "--env", famEnv)
+		for _, c := range st.Clusters {
+			for _, n := range c.Nodes {
+				Expect(families(n.PodCIDRs)).To(ConsistOf(want), "node %s pod CIDRs %v", n.Name, n.PodCIDRs)
+			}
+		}
+		var conn connect.Result
+		meshctlJSON(&conn, "connect", "--env", famEnv)
+		for _, n := range conn.Nodes {
+			// The peer's pod CIDR and service CIDR, in each family.
+			Expect(n.Routes).To(HaveLen(2*len(want)), "node %s", n.Node)
+		}
+	})
+
+	It("reaches pods and Services of the other cluster in every family", func(ctx SpecContext) {
+		echo := mesh.DeployEcho(ctx, mesh.CreateNamespace(ctx, "fam-", nil), "echo")
+		for _, pair := range [][2]string{{"cluster1", "cluster2"}, {"cluster2", "cluster1"}} {
+			from, to := echo.In(pair[0]), echo.In(pair[1])
+			Expect(families(to.PodIPs)).To(ConsistOf(want), "%s: pod IPs", to)
+			Expect(families(to.ServiceIPs)).To(ConsistOf(want), "%s: service IPs", to)
+			for _, t := range append(to.PodTargets(), to.ServiceTargets()...) {
+				Eventually(from).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(t))
+			}
+		}
+	})
+},
+	Entry("dual stack", Ordered, "dual", []string{"IPv4", "IPv6"}),
+	Entry("IPv6 only", Ordered, "ipv6", []string{"IPv6"}),
+)
+
+// families names the IP family of each address or prefix.
+func families(addrs []string) []string {
+	GinkgoHelper()
+	var out []string
+	for _, a := range addrs {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			ip, err := netip.ParseAddr(a)
+			Expect(err).NotTo(HaveOccurred(), "address %q", a)
+			p = netip.PrefixFrom(ip, ip.BitLen())
+		}
+		out = append(out, map[bool]string{true: "IPv4", false: "IPv6"}[p.Addr().Is4()])
+	}
+	return out
+}
