@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/connect"
+	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
@@ -79,3 +80,43 @@ func families(addrs []string) []string {
 	}
 	return out
 }
+
+// IPv6 only, on two networks: MetalLB gives each cluster's east-west gateway
+// an IPv6 address from the kind network's IPv6 range (L2 mode answers
+// neighbor solicitation as it answers ARP), reached from the other network.
+var _ = Describe("IPv6-only clusters on two networks", Ordered, func() {
+	v6Env := env + "-ipv6mn"
+	var res struct {
+		cluster.UpResult
+		Gateways []gateway.ClusterResult `json:"gateways"`
+	}
+	var mesh *meshtest.Env
+
+	BeforeAll(func(ctx SpecContext) {
+		requireMetalLBImages()
+		DeferCleanup(func() {
+			if !keep() {
+				_, _, _ = meshctlResult("down", "--env", v6Env)
+			}
+		})
+		meshctlJSON(&res, "up", "--env", v6Env, "--clusters", "2", "--networks", "2", "--ip-family", "ipv6",
+			"--image", suite.image, "--registry=false", "--install=false")
+		mesh = attach(ctx, v6Env, meshtest.WithClusters(2), meshtest.WithNetworks(2))
+	})
+
+	It("gives each gateway an IPv6 address from its own pool, answering from the other network", func(ctx SpecContext) {
+		Expect(res.Gateways).To(HaveLen(2))
+		kind := map[string]string{}
+		for _, c := range res.Clusters {
+			kind[c.Name] = c.KindName
+		}
+		for i, gw := range res.Gateways {
+			Expect(families(gw.Pools)).To(ConsistOf("IPv6"), "%s pools", gw.Cluster)
+			Expect(families(gw.Addresses)).To(ConsistOf("IPv6"), "%s addresses", gw.Cluster)
+			fakeGateway(ctx, mesh.Cluster(gw.Cluster), gw.Network, "meshctl-gw-v6-"+gw.Cluster)
+			other := kind[res.Gateways[1-i].Cluster] + "-control-plane"
+			Eventually(func() string { return gatewayAnswer(other, gw.Address()) }).WithTimeout(3*time.Minute).WithPolling(3*time.Second).
+				Should(ContainSubstring("meshctl-gw-v6-"+gw.Cluster), "from %s to %s's gateway [%s]:15021", other, gw.Cluster, gw.Address())
+		}
+	})
+})

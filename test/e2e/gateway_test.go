@@ -39,15 +39,7 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 	var mesh *meshtest.Env
 
 	BeforeAll(func(ctx SpecContext) {
-		for _, img := range []string{gateway.DefaultControllerImage, gateway.DefaultSpeakerImage} {
-			if _, err := docker("image", "inspect", img); err != nil {
-				reason := "image " + img + " is not on this machine: run `make e2e-env` (hack/e2e/build-metallb.sh)"
-				if os.Getenv("MESHCTL_E2E_REQUIRE") != "" {
-					Fail(reason)
-				}
-				Skip(reason)
-			}
-		}
+		requireMetalLBImages()
 		DeferCleanup(func() {
 			if keep() {
 				return
@@ -162,23 +154,7 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 	It("answers TCP on each gateway address, from the other network's node and from the other environment", func(ctx SpecContext) {
 		for k, u := range ups {
 			for _, gw := range u.Gateways {
-				// a stand-in for the gateway pods the dataplane will deploy:
-				// the labels the Service selects, a listener on the status
-				// port that says whose gateway answered
-				labels, err := json.Marshal(gateway.GatewaySelector(gw.Network))
-				Expect(err).NotTo(HaveOccurred())
-				meshes[k].Cluster(gw.Cluster).Apply(ctx, "istio-system", fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: fake-eastwestgateway
-  labels: %s
-spec:
-  containers:
-  - name: listen
-    image: %s
-    imagePullPolicy: Never
-    command: [sh, -c, "while true; do echo meshctl-gw-%s-%s | nc -l -p 15021; done"]
-`, labels, suite.testImage, envs[k], gw.Cluster))
+				fakeGateway(ctx, meshes[k].Cluster(gw.Cluster), gw.Network, "meshctl-gw-"+envs[k]+"-"+gw.Cluster)
 			}
 		}
 		for k, u := range ups {
@@ -189,13 +165,8 @@ spec:
 					kindNames[envs[1-k]+"/"+gw.Cluster] + "-control-plane",  // the other environment
 				}
 				for _, node := range from {
-					// bash's /dev/tcp: the node image has bash and coreutils, not nc
-					script := "exec 3<>/dev/tcp/" + gw.Address() + "/15021 && timeout 5 cat <&3"
-					Eventually(func() string {
-						out, _ := docker("exec", node, "bash", "-c", script)
-						return out
-					}).WithTimeout(3*time.Minute).WithPolling(3*time.Second).Should(ContainSubstring("meshctl-gw-"+envs[k]+"-"+gw.Cluster),
-						"from %s to %s/%s's gateway %s:15021", node, envs[k], gw.Cluster, gw.Address())
+					Eventually(func() string { return gatewayAnswer(node, gw.Address()) }).WithTimeout(3*time.Minute).WithPolling(3*time.Second).
+						Should(ContainSubstring("meshctl-gw-"+envs[k]+"-"+gw.Cluster), "from %s to %s/%s's gateway %s:15021", node, envs[k], gw.Cluster, gw.Address())
 				}
 			}
 		}
@@ -273,3 +244,47 @@ spec:
 		}
 	})
 })
+
+// fakeGateway stands in for the gateway pods the dataplane will deploy: a
+// pod with the labels the east-west gateway Service selects, whose listener
+// on the status port (15021) answers reply.
+func fakeGateway(ctx SpecContext, c *meshtest.Cluster, network, reply string) {
+	GinkgoHelper()
+	labels, err := json.Marshal(gateway.GatewaySelector(network))
+	Expect(err).NotTo(HaveOccurred())
+	c.Apply(ctx, "istio-system", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: fake-eastwestgateway
+  labels: %s
+spec:
+  containers:
+  - name: listen
+    image: %s
+    imagePullPolicy: Never
+    command: [sh, -c, "while true; do echo %s | nc -l -p 15021; done"]
+`, labels, suite.testImage, reply))
+}
+
+// gatewayAnswer is what a gateway address's status port says to a kind
+// node, read with bash's /dev/tcp (the node image has bash and coreutils,
+// not nc); IPv6 addresses go in as they are.
+func gatewayAnswer(node, addr string) string {
+	out, _ := docker("exec", node, "bash", "-c", "exec 3<>/dev/tcp/"+addr+"/15021 && timeout 5 cat <&3")
+	return out
+}
+
+// requireMetalLBImages skips the container (fails it under
+// MESHCTL_E2E_REQUIRE) unless `make e2e-env` built MetalLB's images.
+func requireMetalLBImages() {
+	GinkgoHelper()
+	for _, img := range []string{gateway.DefaultControllerImage, gateway.DefaultSpeakerImage} {
+		if _, err := docker("image", "inspect", img); err != nil {
+			reason := "image " + img + " is not on this machine: run `make e2e-env` (hack/e2e/build-metallb.sh)"
+			if os.Getenv("MESHCTL_E2E_REQUIRE") != "" {
+				Fail(reason)
+			}
+			Skip(reason)
+		}
+	}
+}
