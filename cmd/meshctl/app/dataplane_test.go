@@ -6,27 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/meshctl/meshctl/internal/syncbuf"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestDataplaneInstallCNI runs the hidden entrypoint as the DaemonSet does,
 // flags and environment variables together, against host-like temp dirs:
@@ -51,7 +35,7 @@ func TestDataplaneInstallCNI(t *testing.T) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	errs := &lockedBuffer{}
+	errs := &syncbuf.Buffer{}
 	done := make(chan int)
 	go func() {
 		done <- Run(ctx, []string{"dataplane", "install-cni",
