@@ -57,6 +57,10 @@ const (
 	// minFrameSize is the smallest SETTINGS_MAX_FRAME_SIZE RFC 9113 allows:
 	// frames of this size are always acceptable to the peer.
 	minFrameSize = 16 << 10
+	// maxFrameSizeLimit and maxWindow are RFC 9113's upper bounds for
+	// SETTINGS_MAX_FRAME_SIZE and a flow-control window.
+	maxFrameSizeLimit = 1<<24 - 1
+	maxWindow         = 1<<31 - 1
 	// maxQueuedControl bounds control frames (SETTINGS and PING acks,
 	// RST_STREAM, WINDOW_UPDATE) waiting for the socket: a peer that floods
 	// PINGs or SETTINGS but does not read the acks hits this.
@@ -81,6 +85,11 @@ func (c *Config) setDefaults() {
 	if c.MaxReadFrameSize == 0 {
 		c.MaxReadFrameSize = 16 << 10
 	}
+	// What we announce must itself be valid (RFC 9113 6.5.2, 6.9.2): a
+	// peer would refuse the connection otherwise.
+	c.MaxReadFrameSize = min(max(c.MaxReadFrameSize, minFrameSize), maxFrameSizeLimit)
+	c.StreamWindow = min(c.StreamWindow, maxWindow)
+	c.ConnWindow = min(max(c.ConnWindow, initialWindow), maxWindow)
 	if c.MaxConcurrentStreams == 0 {
 		c.MaxConcurrentStreams = 100
 	}
