@@ -54,6 +54,13 @@ const (
 	// maxFramePayload caps the DATA frames we send: bigger frames save few
 	// header bytes and make the peer hold a bigger read buffer per connection.
 	maxFramePayload = 16 << 10
+	// minFrameSize is the smallest SETTINGS_MAX_FRAME_SIZE RFC 9113 allows:
+	// frames of this size are always acceptable to the peer.
+	minFrameSize = 16 << 10
+	// maxFrameSizeLimit and maxWindow are RFC 9113's upper bounds for
+	// SETTINGS_MAX_FRAME_SIZE and a flow-control window.
+	maxFrameSizeLimit = 1<<24 - 1
+	maxWindow         = 1<<31 - 1
 	// maxQueuedControl bounds control frames (SETTINGS and PING acks,
 	// RST_STREAM, WINDOW_UPDATE) waiting for the socket: a peer that floods
 	// PINGs or SETTINGS but does not read the acks hits this.
@@ -78,6 +85,11 @@ func (c *Config) setDefaults() {
 	if c.MaxReadFrameSize == 0 {
 		c.MaxReadFrameSize = 16 << 10
 	}
+	// What we announce must itself be valid (RFC 9113 6.5.2, 6.9.2): a
+	// peer would refuse the connection otherwise.
+	c.MaxReadFrameSize = min(max(c.MaxReadFrameSize, minFrameSize), maxFrameSizeLimit)
+	c.StreamWindow = min(c.StreamWindow, maxWindow)
+	c.ConnWindow = min(max(c.ConnWindow, initialWindow), maxWindow)
 	if c.MaxConcurrentStreams == 0 {
 		c.MaxConcurrentStreams = 100
 	}
@@ -156,6 +168,7 @@ type Conn struct {
 	readerDone    chan struct{}
 	handler       func(*Stream, *Request)
 	handlersGroup sync.WaitGroup
+	sawSettings   bool // the reader has had the peer's first SETTINGS
 }
 
 func newConn(nc net.Conn, cfg Config, server bool) *Conn {
@@ -272,6 +285,14 @@ func Serve(nc net.Conn, cfg Config, deadline time.Time, handler func(*Stream, *R
 		return err
 	}
 	f, err := c.fr.ReadFrame()
+	var ce http2.ConnectionError
+	if errors.As(err, &ce) {
+		// A malformed SETTINGS (an INITIAL_WINDOW_SIZE beyond 2^31-1, a
+		// length that is not a multiple of 6): the framer names the code.
+		c.connError(err)
+		<-c.done
+		return c.err
+	}
 	if sf, ok := f.(*http2.SettingsFrame); err != nil || !ok || sf.IsAck() {
 		c.cfg.CountError("settings_expected")
 		c.terminate(http2.ErrCodeProtocol, errors.New("h2: first frame is not SETTINGS"))
@@ -279,6 +300,7 @@ func Serve(nc net.Conn, cfg Config, deadline time.Time, handler func(*Stream, *R
 		return c.err
 	}
 	_ = nc.SetReadDeadline(time.Time{})
+	c.sawSettings = true
 	c.mu.Lock()
 	c.armIdleLocked()
 	c.mu.Unlock()
@@ -389,10 +411,12 @@ func (c *Conn) applyTableSizeLocked() {
 // writeHeaderBlock writes hbuf as HEADERS (+CONTINUATION), under wmu.
 func (c *Conn) writeHeaderBlock(id uint32, endStream bool) {
 	block := c.hbuf.Bytes()
-	max := int(c.peerMaxFrameSize())
+	c.mu.Lock()
+	size := c.frameSizeLocked()
+	c.mu.Unlock()
 	first := true
 	for first || len(block) > 0 {
-		n := min(len(block), max)
+		n := min(len(block), size)
 		frag := block[:n]
 		block = block[n:]
 		if first {
@@ -404,10 +428,12 @@ func (c *Conn) writeHeaderBlock(id uint32, endStream bool) {
 	}
 }
 
-func (c *Conn) peerMaxFrameSize() uint32 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return min(c.peerMaxFrame, maxFramePayload)
+// frameSizeLocked is the payload size of the frames we write: the peer's
+// limit, capped at maxFramePayload and never below minFrameSize, so that
+// every frame written carries something and the write loops end whatever
+// the peer announced.
+func (c *Conn) frameSizeLocked() int {
+	return int(max(min(c.peerMaxFrame, maxFramePayload), minFrameSize))
 }
 
 func (c *Conn) newStreamLocked(id uint32) *Stream {

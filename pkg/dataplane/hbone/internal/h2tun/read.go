@@ -63,6 +63,15 @@ func (c *Conn) resetStream(id uint32, code http2.ErrCode) {
 }
 
 func (c *Conn) handle(f http2.Frame) error {
+	if !c.sawSettings {
+		// The peer's preface is a SETTINGS frame (RFC 9113 3.4); Serve
+		// checks the client's before the reader starts.
+		if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
+			c.cfg.CountError("settings_expected")
+			return http2.ConnectionError(http2.ErrCodeProtocol)
+		}
+		c.sawSettings = true
+	}
 	switch f := f.(type) {
 	case *http2.DataFrame:
 		return c.onData(f)
@@ -105,15 +114,37 @@ func (c *Conn) queueAndKick(f ctlFrame) error {
 }
 
 func (c *Conn) onSettings(f *http2.SettingsFrame) error {
-	var (
-		delta       int32
-		windowValid = true
-	)
 	c.mu.Lock()
-	err := f.ForeachSetting(func(s http2.Setting) error {
+	err := c.applySettingsLocked(f)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	c.kick()
+	return nil
+}
+
+// applySettingsLocked validates and applies a peer's SETTINGS and queues
+// the ACK, under mu.
+func (c *Conn) applySettingsLocked(f *http2.SettingsFrame) error {
+	// RFC 9113 6.5.2: values out of range are connection errors, checked
+	// before any of them is applied (a MAX_FRAME_SIZE of 0 would otherwise
+	// make every frame we write empty and the write loops endless).
+	if err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return err
+		}
+		if !c.server && s.ID == http2.SettingEnablePush && s.Val != 0 {
+			return http2.ConnectionError(http2.ErrCodeProtocol)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	oldWindow := c.peerWindow
+	_ = f.ForeachSetting(func(s http2.Setting) error {
 		switch s.ID {
 		case http2.SettingInitialWindowSize:
-			delta = int32(s.Val) - c.peerWindow
 			c.peerWindow = int32(s.Val)
 		case http2.SettingMaxFrameSize:
 			c.peerMaxFrame = s.Val
@@ -127,28 +158,23 @@ func (c *Conn) onSettings(f *http2.SettingsFrame) error {
 		}
 		return nil
 	})
-	if delta != 0 {
+	if delta := int64(c.peerWindow) - int64(oldWindow); delta != 0 {
+		// A change of INITIAL_WINDOW_SIZE moves every stream's send window;
+		// one pushed beyond 2^31-1 is a connection error (6.9.2).
 		for _, s := range c.streams {
-			if int64(s.sendWindow)+int64(delta) > 1<<31-1 {
-				windowValid = false
+			if int64(s.sendWindow)+delta > 1<<31-1 {
+				return http2.ConnectionError(http2.ErrCodeFlowControl)
 			}
-			s.sendWindow += delta
+		}
+		for _, s := range c.streams {
+			s.sendWindow += int32(delta)
 			s.wakeLocked()
 		}
 	}
-	ok := c.queueLocked(ctlFrame{typ: http2.FrameSettings})
-	c.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if !windowValid {
-		return http2.ConnectionError(http2.ErrCodeFlowControl)
-	}
-	if !ok {
+	if !c.queueLocked(ctlFrame{typ: http2.FrameSettings}) {
 		c.cfg.CountError("control_flood")
 		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
 	}
-	c.kick()
 	return nil
 }
 

@@ -230,7 +230,7 @@ func (s *Stream) Write(p []byte) (int, error) {
 		n := min(len(p), int(s.sendWindow), int(c.sendWindow))
 		s.sendWindow -= int32(n)
 		c.sendWindow -= int32(n)
-		frame := int(min(c.peerMaxFrame, maxFramePayload))
+		frame := c.frameSizeLocked()
 		c.mu.Unlock()
 
 		c.wmu.Lock()
