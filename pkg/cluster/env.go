@@ -24,8 +24,17 @@ type Existing struct {
 	// Record is meshctl's record of it; nil for clusters meshctl did not
 	// create (or did not finish creating).
 	Record *Record `json:"record,omitempty"`
-	// Error is why the record could not be read (a stopped node, say).
+	// Error is why the record could not be read.
 	Error string `json:"error,omitempty"`
+	// State is StateStopped (its control-plane container does not run:
+	// the record was read from the stopped container), StateMissing (only
+	// meshctl's local record is left: no kind cluster has the name) or
+	// StateIncomplete (see Incomplete); empty otherwise.
+	State string `json:"state,omitempty"`
+	// Incomplete is the plan of a kind cluster whose creation meshctl
+	// began and never finished (the run was killed): it has no record on
+	// its node, only meshctl's local one.
+	Incomplete *Record `json:"incomplete,omitempty"`
 }
 
 // Env is the environment the cluster belongs to, or "" if none.
@@ -44,11 +53,19 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 		return nil, err
 	}
 	names, err := p.kind.List()
+	kindOK := err == nil
 	if err != nil {
+		// Say what is wrong the way up does: kind's own error is only
+		// "exit status 1".
+		if derr := p.checkDocker(ctx); derr != nil {
+			err = derr
+		} else {
+			err = fmt.Errorf("listing kind clusters: %w", err)
+		}
 		// A machine that runs meshctl only against existing clusters (a
 		// CI job on real clusters) may have no Docker at all.
 		if len(recs) == 0 {
-			return nil, fmt.Errorf("listing kind clusters: %w", err)
+			return nil, err
 		}
 		p.noKindWarning.Do(func() {
 			p.logger.Warnf("cannot list kind clusters (%v): showing existing clusters only", err)
@@ -59,19 +76,26 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 	for i, n := range names {
 		out[i] = Existing{KindName: n}
 	}
+	local := map[string]localRecord{}
+	if kindOK {
+		for _, r := range p.localRecords() {
+			local[r.Cluster.KindName] = r
+		}
+	}
 	// A record that cannot be read is reported on its cluster, not as an
 	// error of the listing: the fan-out's error is always nil here.
 	_ = parallel.ForEach(indexes(len(out)), func(i int) error {
-		rec, err := p.readRecord(out[i].KindName)
-		switch {
-		case errors.Is(err, errNoRecord):
-		case err != nil:
-			out[i].Error = err.Error()
-		default:
-			out[i].Record = rec
-		}
+		out[i].read(ctx, p, local)
 		return nil
 	})
+	for _, e := range out {
+		delete(local, e.KindName)
+	}
+	// What meshctl recorded locally and kind no longer has: deleted
+	// behind meshctl's back, or killed before kind made a container.
+	for _, r := range local {
+		out = append(out, Existing{KindName: r.Cluster.KindName, Record: &r.Record, State: StateMissing})
+	}
 	for _, r := range recs {
 		out = append(out, Existing{Record: &r})
 	}
@@ -82,6 +106,32 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 		return out[i].sortName() < out[j].sortName()
 	})
 	return out, nil
+}
+
+// read fills in meshctl's record of a kind cluster: from its control-plane
+// node, from the stopped container when it does not run, or — for a cluster
+// whose creation never finished — from meshctl's local record.
+func (e *Existing) read(ctx context.Context, p *Provider, local map[string]localRecord) {
+	rec, err := p.readRecord(e.KindName)
+	if err != nil && !errors.Is(err, errNoRecord) {
+		if stopped, serr := p.stoppedNodes(ctx, e.KindName); serr == nil && len(stopped) > 0 {
+			rec, err = p.readStoppedRecord(ctx, e.KindName)
+			if err == nil {
+				e.State = StateStopped
+			}
+		}
+	}
+	switch {
+	case errors.Is(err, errNoRecord):
+		if l, ok := local[e.KindName]; ok && l.InProgress {
+			r := l.Record
+			e.Incomplete, e.State = &r, StateIncomplete
+		}
+	case err != nil:
+		e.Error = err.Error()
+	default:
+		e.Record = rec
+	}
 }
 
 func (e Existing) sortName() string {
@@ -218,7 +268,7 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 	if err != nil {
 		return nil, err
 	}
-	var targets, existing []ClusterPlan
+	var targets, existing, incomplete []ClusterPlan
 	extra := map[string]bool{}
 	for _, n := range o.extra {
 		extra[n] = true
@@ -229,6 +279,11 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 			existing = append(existing, e.Record.Cluster)
 		case e.Env() == env:
 			targets = append(targets, e.Record.Cluster)
+			delete(extra, e.KindName)
+		case e.Incomplete != nil && e.Incomplete.Env == env:
+			// Its creation was killed: nothing of it is worth keeping,
+			// even with --uninstall-only.
+			incomplete = append(incomplete, e.Incomplete.Cluster)
 			delete(extra, e.KindName)
 		case e.Error != "" && !extra[e.KindName]:
 			p.logger.Warnf("kind cluster %s: cannot read its meshctl record (%s); if it belongs to environment %q, delete it with `meshctl down %s`", e.KindName, e.Error, env, e.KindName)
@@ -244,6 +299,7 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 	if o.uninstallOnly {
 		keep, targets = append(targets, existing...), nil
 	}
+	targets = append(targets, incomplete...)
 	uninstalled := make([]Uninstalled, len(keep))
 	err = errors.Join(
 		p.deleteClusters(env, targets),
@@ -333,7 +389,7 @@ func (p *Provider) deleteClusters(env string, cs []ClusterPlan) error {
 		if err := p.kind.Delete(c.KindName, kc); err != nil {
 			return fmt.Errorf("deleting cluster %q (kind cluster %s): %w", c.Name, c.KindName, err)
 		}
-		for _, f := range []string{kc, kc + ".lock", p.KubeconfigPath(env, c.Name, true)} {
+		for _, f := range []string{kc, kc + ".lock", p.KubeconfigPath(env, c.Name, true), p.localRecordPath(env, c.Name)} {
 			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("cluster %q: removing %s: %w", c.Name, f, err)
 			}

@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -33,6 +35,8 @@ type fakeKind struct {
 	// kubeconfigs replaces the kubeconfig of a cluster: a real API server
 	// standing in for a kind cluster's.
 	kubeconfigs map[string]string
+	// apiDown makes a cluster's API server refuse connections.
+	apiDown map[string]bool
 }
 
 type fakeCluster struct {
@@ -164,6 +168,11 @@ type fakeNode struct {
 	cluster *fakeCluster
 	files   map[string][]byte
 	broken  bool
+	// stopped: the container does not run (exec fails; docker inspect,
+	// start and cp see it).
+	stopped bool
+	// staleRoutes is what the route reconciler's check prints.
+	staleRoutes string
 }
 
 func (n *fakeNode) String() string               { return n.name }
@@ -203,7 +212,10 @@ var (
 
 func (c *fakeCmd) Run() error {
 	n := c.node
-	if n.broken {
+	n.mu.Lock()
+	down := n.broken || n.stopped
+	n.mu.Unlock()
+	if down {
 		return &exec.RunError{Command: c.argv, Output: []byte("container is not running"), Inner: errors.New("exit status 1")}
 	}
 	var in []byte
@@ -220,6 +232,11 @@ func (c *fakeCmd) Run() error {
 		n.files[path] = in
 		n.mu.Unlock()
 		return nil
+	case c.argv[0] == "sh" && strings.Contains(c.argv[2], NodeRoutesScript+" check"):
+		if c.stdout != nil {
+			_, _ = io.WriteString(c.stdout, n.staleRoutes)
+		}
+		return nil
 	case c.argv[0] == "sh" && readRE.MatchString(c.argv[2]):
 		b, ok := n.file(readRE.FindStringSubmatch(c.argv[2])[1])
 		if !ok {
@@ -235,6 +252,8 @@ func (c *fakeCmd) Run() error {
 
 // fakeDocker answers the docker commands meshctl runs.
 type fakeDocker struct {
+	// kind holds the node containers docker inspect, start and cp see.
+	kind     *fakeKind
 	mu       sync.Mutex
 	down     bool
 	network  string // JSON IPAM config of the kind network; "" if none
@@ -249,6 +268,9 @@ func (d *fakeDocker) Run(_ context.Context, args ...string) ([]byte, error) {
 	d.calls = append(d.calls, call)
 	if d.down {
 		return nil, errors.New("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?")
+	}
+	if out, err, ok := d.node(args); ok {
+		return out, err
 	}
 	switch {
 	case args[0] == "info":
@@ -288,6 +310,67 @@ func (d *fakeDocker) Run(_ context.Context, args ...string) ([]byte, error) {
 	return nil, fmt.Errorf("fake docker: unexpected command %q", call)
 }
 
+// findNode finds a node container by name.
+func (k *fakeKind) findNode(name string) *fakeNode {
+	if k == nil {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, c := range k.clusters {
+		for _, n := range c.nodes {
+			if n.name == name {
+				return n
+			}
+		}
+	}
+	return nil
+}
+
+// node answers docker commands on node containers.
+func (d *fakeDocker) node(args []string) ([]byte, error, bool) {
+	switch {
+	case args[0] == "inspect" && len(args) > 3 && args[2] == "{{.Name}} {{.State.Running}}":
+		var out bytes.Buffer
+		for _, name := range args[3:] {
+			n := d.kind.findNode(name)
+			if n == nil {
+				return out.Bytes(), fmt.Errorf("docker inspect: exit status 1: Error: No such object: %s", name), true
+			}
+			n.mu.Lock()
+			fmt.Fprintf(&out, "/%s %v\n", name, !n.stopped)
+			n.mu.Unlock()
+		}
+		return out.Bytes(), nil, true
+	case args[0] == "start" && d.kind.findNode(args[1]) != nil:
+		for _, name := range args[1:] {
+			if n := d.kind.findNode(name); n != nil {
+				n.mu.Lock()
+				n.stopped = false
+				n.mu.Unlock()
+			}
+		}
+		return nil, nil, true
+	case args[0] == "cp":
+		name, path, _ := strings.Cut(args[1], ":")
+		n := d.kind.findNode(name)
+		if n == nil {
+			return nil, fmt.Errorf("docker cp: Error response from daemon: No such container: %s", name), true
+		}
+		b, ok := n.file(path)
+		if !ok {
+			return nil, fmt.Errorf("docker cp: Error response from daemon: Could not find the file %s in container %s", path, name), true
+		}
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		_ = tw.WriteHeader(&tar.Header{Name: filepath.Base(path), Mode: 0o644, Size: int64(len(b))})
+		_, _ = tw.Write(b)
+		_ = tw.Close()
+		return buf.Bytes(), nil, true
+	}
+	return nil, nil, false
+}
+
 func (d *fakeDocker) called(prefix string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -318,7 +401,10 @@ func (r fakeNodeReader) Nodes(_ context.Context, kubeconfig []byte) ([]NodeStatu
 	}
 	name := strings.TrimPrefix(kctx.Cluster, "kind-")
 	c, ok := r.kind.cluster(name)
-	if !ok {
+	r.kind.mu.Lock()
+	down := r.kind.apiDown[name]
+	r.kind.mu.Unlock()
+	if !ok || down {
 		return nil, fmt.Errorf("connection refused")
 	}
 	var out []NodeStatus

@@ -25,8 +25,8 @@ func KindNetwork() string {
 // engine that answers, and planned subnets that do not overlap the kind
 // docker network (traffic to pods would be routed into the bridge instead).
 func (p *Provider) Preflight(ctx context.Context, plan *Plan) error {
-	if _, err := p.docker.Run(ctx, "info", "--format", "{{.ServerVersion}}"); err != nil {
-		return fmt.Errorf("%w: %v\nStart Docker (`systemctl start docker`; on a machine without one, `make e2e-env` installs it) and check that `docker info` works", ErrNoDocker, err)
+	if err := p.checkDocker(ctx); err != nil {
+		return err
 	}
 	subnets, err := p.networkSubnets(ctx, KindNetwork())
 	if err != nil {

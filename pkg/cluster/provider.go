@@ -45,6 +45,8 @@ type Provider struct {
 	logger    log.Logger
 	artifacts string
 	now       func() time.Time
+	// poll is how often waits look again.
+	poll time.Duration
 	// noKindWarning: a run on existing clusters alone without Docker
 	// lists clusters at every step; saying why once is enough.
 	noKindWarning sync.Once
@@ -79,7 +81,7 @@ const DefaultArtifacts = "_artifacts"
 // NewProvider returns a Provider backed by kind's Docker provider unless
 // options replace its parts.
 func NewProvider(opts ...ProviderOption) *Provider {
-	p := &Provider{artifacts: DefaultArtifacts, now: time.Now}
+	p := &Provider{artifacts: DefaultArtifacts, now: time.Now, poll: 2 * time.Second}
 	for _, o := range opts {
 		o(p)
 	}

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/meshctl/meshctl/internal/parallel"
@@ -9,11 +11,22 @@ import (
 
 // StatusResult is an environment's state as `meshctl status` reports it.
 type StatusResult struct {
-	Env      string          `json:"env"`
-	Ready    bool            `json:"ready"`
+	Env string `json:"env"`
+	// Ready: every cluster is StateRunning.
+	Ready bool `json:"ready"`
+	// State is "Ready", or "Degraded" when a cluster is not running as
+	// planned (Problems say why).
+	State    string          `json:"state"`
+	Problems []string        `json:"problems,omitempty"`
 	Clusters []ClusterStatus `json:"clusters"`
 	Registry *RegistryStatus `json:"registry,omitempty"`
 }
+
+// Environment states.
+const (
+	EnvReady    = "Ready"
+	EnvDegraded = "Degraded"
+)
 
 // ClusterStatus is one cluster's plan and live state.
 type ClusterStatus struct {
@@ -22,10 +35,15 @@ type ClusterStatus struct {
 	// cluster (on environments of several networks), as recorded: where
 	// the east-west gateway's address, and those of any LoadBalancer
 	// Service a developer adds, come from. Unset when it has none.
-	LoadBalancerPools *Pools       `json:"loadBalancerPools,omitempty"`
-	Ready             bool         `json:"ready"`
-	Nodes             []NodeStatus `json:"nodes"`
-	Error             string       `json:"error,omitempty"`
+	LoadBalancerPools *Pools `json:"loadBalancerPools,omitempty"`
+	Ready             bool   `json:"ready"`
+	// State is one of the State* constants.
+	State string `json:"state"`
+	// Problems say what is wrong when State is not StateRunning, and
+	// what fixes it.
+	Problems []string     `json:"problems,omitempty"`
+	Nodes    []NodeStatus `json:"nodes"`
+	Error    string       `json:"error,omitempty"`
 }
 
 // RegistryStatus is the local registry container's state.
@@ -34,26 +52,45 @@ type RegistryStatus struct {
 	Running bool   `json:"running"`
 }
 
-// Status reads the state of every cluster of env from its API server,
-// concurrently. A cluster that cannot be read is reported, not fatal: status
-// is what a person runs when something is wrong.
+// Status reads the state of every cluster of env, concurrently: every
+// cluster meshctl planned for it appears, whether its containers run, its
+// API server answers, its nodes are Ready and its routes to the other
+// clusters point at their current addresses. A cluster that cannot be read
+// is reported, not fatal: status is what a person runs when something is
+// wrong.
 func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusResult, error) {
-	recs, err := p.records(ctx, env)
+	all, err := p.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	res := &StatusResult{Env: env, Clusters: make([]ClusterStatus, len(recs)), Ready: len(recs) > 0}
-	_ = parallel.ForEach(indexes(len(recs)), func(i int) error {
-		res.Clusters[i] = p.clusterStatus(ctx, recs[i].Cluster)
+	var es []Existing
+	for _, e := range all {
+		if e.Env() == env || (e.Incomplete != nil && e.Incomplete.Env == env) {
+			es = append(es, e)
+		}
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].plan().Name < es[j].plan().Name })
+	res := &StatusResult{Env: env, Clusters: make([]ClusterStatus, len(es)), Ready: len(es) > 0}
+	_ = parallel.ForEach(indexes(len(es)), func(i int) error {
+		res.Clusters[i] = p.clusterStatus(ctx, es[i])
 		// A record written before gateways ran holds empty pools: the
 		// same as none to a reader.
-		if pools := recs[i].Pools; pools != nil && len(pools.CIDRs) > 0 {
-			res.Clusters[i].LoadBalancerPools = pools
+		if es[i].Record != nil {
+			if pools := es[i].Record.Pools; pools != nil && len(pools.CIDRs) > 0 {
+				res.Clusters[i].LoadBalancerPools = pools
+			}
 		}
 		return nil
 	})
 	for _, c := range res.Clusters {
 		res.Ready = res.Ready && c.Ready
+		for _, pr := range c.Problems {
+			res.Problems = append(res.Problems, fmt.Sprintf("cluster %q: %s", c.Name, pr))
+		}
+	}
+	res.State = EnvReady
+	if !res.Ready {
+		res.State = EnvDegraded
 	}
 	if registry != "" {
 		out, err := p.docker.Run(ctx, "inspect", "--format", "{{.State.Running}}", registry)
@@ -64,7 +101,59 @@ func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusRes
 	return res, nil
 }
 
-func (p *Provider) clusterStatus(ctx context.Context, c ClusterPlan) ClusterStatus {
+// plan is the cluster's plan as recorded, complete or not.
+func (e Existing) plan() ClusterPlan {
+	if e.Incomplete != nil {
+		return e.Incomplete.Cluster
+	}
+	if e.Record != nil {
+		return e.Record.Cluster
+	}
+	return ClusterPlan{Name: e.KindName, KindName: e.KindName}
+}
+
+func (p *Provider) clusterStatus(ctx context.Context, e Existing) ClusterStatus {
+	c := e.plan()
+	fail := func(state, problem string) ClusterStatus {
+		return ClusterStatus{ClusterPlan: c, State: state, Problems: []string{problem}, Nodes: []NodeStatus{}, Error: problem}
+	}
+	switch e.State {
+	case StateMissing:
+		return fail(StateMissing, fmt.Sprintf("kind cluster %s does not exist (deleted outside meshctl?): `meshctl up` creates it again", c.KindName))
+	case StateIncomplete:
+		return fail(StateIncomplete, fmt.Sprintf("the creation of kind cluster %s never finished (the run was killed): `meshctl up` recreates it, `meshctl down` deletes it", c.KindName))
+	}
+	if !c.Existing {
+		stopped, err := p.stoppedNodes(ctx, c.KindName)
+		if err != nil {
+			return fail(StateNotReady, err.Error())
+		}
+		if len(stopped) > 0 {
+			return fail(StateStopped, fmt.Sprintf("node containers not running: %s (`meshctl up` starts them)", strings.Join(stopped, ", ")))
+		}
+	}
+	st := p.apiStatus(ctx, c)
+	switch {
+	case st.Error != "":
+		st.State = StateNotReady
+		st.Problems = []string{"API server unreachable: " + st.Error}
+	case !st.Ready:
+		st.State = StateNotReady
+		st.Problems = []string{"nodes not ready: " + notReadyNodes(st)}
+	default:
+		st.State = StateRunning
+	}
+	if st.State == StateRunning && !c.Existing {
+		if probs := p.routeProblems(ctx, c.KindName); len(probs) > 0 {
+			st.Ready, st.State = false, StateRoutesStale
+			st.Problems = append(probs, "routes to peer clusters are re-resolved every few seconds on each node; `meshctl up` (or `meshctl connect`) re-asserts them")
+		}
+	}
+	return st
+}
+
+// apiStatus reads a cluster's nodes from its API server.
+func (p *Provider) apiStatus(ctx context.Context, c ClusterPlan) ClusterStatus {
 	st := ClusterStatus{ClusterPlan: c, Nodes: []NodeStatus{}}
 	var kc []byte
 	var err error

@@ -23,6 +23,10 @@ const (
 	ActionRecreated = "recreated"
 	// ActionExisting: an existing cluster, checked and used as it is.
 	ActionExisting = "existing"
+	// ActionHealed: a cluster of the plan that was not running as planned
+	// (stopped containers, an API server or nodes not ready, stale routes),
+	// brought back; ClusterResult.Healed says what was wrong.
+	ActionHealed = "healed"
 )
 
 // UpResult reports what `up` did.
@@ -40,6 +44,10 @@ type ClusterResult struct {
 	Action             string `json:"action"`
 	Kubeconfig         string `json:"kubeconfig"`
 	InternalKubeconfig string `json:"internalKubeconfig"`
+	// Healed lists what was wrong with a healed cluster (or a recreated
+	// one whose creation had never finished). Stale routes are re-asserted
+	// by the connect step that follows.
+	Healed []string `json:"healed,omitempty"`
 }
 
 // RegistryResult is the local registry's outcome.
@@ -101,7 +109,7 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 	if len(kinds) > 0 {
 		status.Start("Inspecting existing kind clusters")
 	}
-	actions, err := p.classify(plan, o.recreate)
+	actions, healed, err := p.classify(ctx, plan, o.recreate)
 	if err != nil {
 		status.End(false)
 		return nil, err
@@ -144,6 +152,36 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 		}
 	}
 
+	var heal []ClusterPlan
+	for _, c := range plan.Clusters {
+		if actions[c.Name] == ActionReused || actions[c.Name] == ActionHealed {
+			heal = append(heal, c)
+		}
+	}
+	if len(heal) > 0 {
+		status.Start("Checking that reused clusters run: " + kindNames(heal))
+		var mu sync.Mutex
+		err := parallel.ForEach(heal, func(c ClusterPlan) error {
+			found, err := p.heal(ctx, c, o.wait)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(found) > 0 {
+				actions[c.Name] = ActionHealed
+				healed[c.Name] = append(healed[c.Name], found...)
+			}
+			return err
+		})
+		if err != nil {
+			status.End(false)
+			return nil, err
+		}
+		for _, c := range heal {
+			if actions[c.Name] == ActionHealed {
+				p.logger.V(0).Infof(" • %s: healed (%s)", c.Name, strings.Join(healed[c.Name], "; "))
+			}
+		}
+	}
+
 	status.Start("Writing kubeconfigs and registry settings")
 	err = parallel.ForEach(plan.Clusters, func(c ClusterPlan) error {
 		if c.Existing {
@@ -152,7 +190,14 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 		if err := p.exportKubeconfigs(plan, c); err != nil {
 			return err
 		}
-		if plan.Registry.Enabled && actions[c.Name] != ActionReused {
+		// Clusters made by a meshctl that kept no local record get one:
+		// status can then tell when one goes missing.
+		if _, err := os.Stat(p.localRecordPath(plan.Env, c.Name)); errors.Is(err, os.ErrNotExist) {
+			if err := p.writeLocalRecord(Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC()}, false); err != nil {
+				return err
+			}
+		}
+		if plan.Registry.Enabled && actions[c.Name] != ActionReused && actions[c.Name] != ActionHealed {
 			return p.configureRegistry(ctx, plan.Registry, c)
 		}
 		return nil
@@ -166,7 +211,7 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 
 	for _, c := range plan.Clusters {
 		res.Clusters = append(res.Clusters, ClusterResult{
-			Name: c.Name, KindName: c.KindName, Network: c.Network, Action: actions[c.Name],
+			Name: c.Name, KindName: c.KindName, Network: c.Network, Action: actions[c.Name], Healed: healed[c.Name],
 			Kubeconfig:         p.KubeconfigPath(plan.Env, c.Name, false),
 			InternalKubeconfig: p.KubeconfigPath(plan.Env, c.Name, true),
 		})
@@ -178,69 +223,117 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 // recreate it. It fails — before anything is changed — when an existing
 // cluster differs from the plan and recreate is off, or belongs to someone
 // else.
-func (p *Provider) classify(plan *Plan, recreate bool) (map[string]string, error) {
+func (p *Provider) classify(ctx context.Context, plan *Plan, recreate bool) (actions map[string]string, healed map[string][]string, err error) {
 	var existing []string
-	var err error
 	if kinds, _ := splitExisting(plan.Clusters); len(kinds) > 0 {
 		if existing, err = p.kind.List(); err != nil {
-			return nil, fmt.Errorf("listing kind clusters: %w", err)
+			return nil, nil, fmt.Errorf("listing kind clusters: %w", err)
 		}
 	}
 	exists := map[string]bool{}
 	for _, n := range existing {
 		exists[n] = true
 	}
-	actions := map[string]string{}
+	local := map[string]localRecord{}
+	for _, r := range p.localRecords() {
+		local[r.Cluster.KindName] = r
+	}
+	actions, healed = map[string]string{}, map[string][]string{}
 	var conflicts []string
 	var mu sync.Mutex
 	err = parallel.ForEach(plan.Clusters, func(c ClusterPlan) error {
-		act, conflict, err := p.classifyOne(plan, c, exists[c.KindName], recreate)
+		act, why, conflict, err := p.classifyOne(ctx, plan, c, exists[c.KindName], recreate, local)
 		mu.Lock()
 		defer mu.Unlock()
 		actions[c.Name] = act
+		if why != "" {
+			healed[c.Name] = []string{why}
+		}
 		if conflict != "" {
 			conflicts = append(conflicts, conflict)
 		}
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(conflicts) > 0 {
 		sort.Strings(conflicts)
-		return nil, fmt.Errorf("existing clusters differ from the plan (nothing was changed; rerun with --recreate to replace them, or `meshctl down` first):\n%s", strings.Join(conflicts, "\n"))
+		return nil, nil, fmt.Errorf("existing clusters differ from the plan (nothing was changed; rerun with --recreate to replace them, or `meshctl down` first):\n%s", strings.Join(conflicts, "\n"))
 	}
-	return actions, nil
+	return actions, healed, nil
 }
 
-func (p *Provider) classifyOne(plan *Plan, c ClusterPlan, exists, recreate bool) (action, conflict string, err error) {
+// classifyOne decides one cluster's action; why says what up heals.
+func (p *Provider) classifyOne(ctx context.Context, plan *Plan, c ClusterPlan, exists, recreate bool, local map[string]localRecord) (action, why, conflict string, err error) {
 	if c.Existing {
-		return ActionExisting, "", nil // checked by CheckExisting
+		return ActionExisting, "", "", nil // checked by CheckExisting
 	}
 	if !exists {
-		return ActionCreated, "", nil
+		return ActionCreated, "", "", nil
 	}
-	rec, err := p.readRecord(c.KindName)
+	e := Existing{KindName: c.KindName}
+	e.read(ctx, p, local)
 	switch {
-	case errors.Is(err, errNoRecord):
+	case e.Incomplete != nil && e.Incomplete.Env == plan.Env && e.Incomplete.Cluster.Name == c.Name:
+		// meshctl began creating it for this environment and was
+		// killed: nothing in it is worth keeping.
+		return ActionRecreated, "its creation never finished", "", nil
+	case e.Error != "":
+		return "", "", "", fmt.Errorf("cluster %q: %s", c.Name, e.Error)
+	case e.Record == nil:
 		if recreate {
-			return ActionRecreated, "", nil
+			return ActionRecreated, "", "", nil
 		}
-		return "", fmt.Sprintf("  cluster %q: kind cluster %q exists but was not created by meshctl (or its creation did not finish)", c.Name, c.KindName), nil
-	case err != nil:
-		return "", "", fmt.Errorf("cluster %q: %w", c.Name, err)
-	case rec.Env != plan.Env:
+		return "", "", fmt.Sprintf("  cluster %q: kind cluster %q exists but was not created by meshctl (or its creation did not finish)", c.Name, c.KindName), nil
+	case e.Record.Env != plan.Env:
 		// Never recreate another environment's cluster, even when asked to.
-		return "", fmt.Sprintf("  cluster %q: kind cluster %q belongs to environment %q; choose another --env or --name-prefix", c.Name, c.KindName, rec.Env), nil
+		return "", "", fmt.Sprintf("  cluster %q: kind cluster %q belongs to environment %q; choose another --env or --name-prefix", c.Name, c.KindName, e.Record.Env), nil
 	}
-	diff := Diff(rec.Cluster, c)
-	if len(diff) == 0 {
-		return ActionReused, "", nil
+	diff := Diff(e.Record.Cluster, c)
+	switch {
+	case len(diff) == 0 && e.State == StateStopped:
+		return ActionHealed, "", "", nil // heal says which nodes it starts
+	case len(diff) == 0:
+		return ActionReused, "", "", nil
+	case recreate:
+		return ActionRecreated, "", "", nil
 	}
-	if recreate {
-		return ActionRecreated, "", nil
+	return "", "", fmt.Sprintf("  cluster %q:\n    %s", c.Name, strings.Join(diff, "\n    ")), nil
+}
+
+// heal brings a reused cluster back to running: it starts stopped node
+// containers and waits for the API server and every node to be Ready. It
+// returns what it found wrong, stale routes included (the connect step
+// re-asserts them).
+func (p *Provider) heal(ctx context.Context, c ClusterPlan, wait time.Duration) ([]string, error) {
+	var found []string
+	stopped, err := p.stoppedNodes(ctx, c.KindName)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
-	return "", fmt.Sprintf("  cluster %q:\n    %s", c.Name, strings.Join(diff, "\n    ")), nil
+	if len(stopped) > 0 {
+		found = append(found, "started "+strings.Join(stopped, ", "))
+		if err := p.startNodes(ctx, stopped); err != nil {
+			return found, fmt.Errorf("cluster %q: %w", c.Name, err)
+		}
+	}
+	if st := p.apiStatus(ctx, c); !st.Ready {
+		why := st.Error
+		if why == "" {
+			why = notReadyNodes(st)
+		}
+		if len(stopped) == 0 {
+			found = append(found, "was not ready: "+why)
+		}
+		if err := p.waitReady(ctx, c, wait); err != nil {
+			return found, err
+		}
+	}
+	if probs := p.routeProblems(ctx, c.KindName); len(probs) > 0 {
+		found = append(found, "routes stale: "+strings.Join(probs, "; "))
+	}
+	return found, nil
 }
 
 // createAll creates clusters in parallel. kind's Create cannot be cancelled,
@@ -281,6 +374,12 @@ func (p *Provider) createOne(plan *Plan, c ClusterPlan, wait time.Duration) erro
 	if err := os.MkdirAll(p.clusterDir(plan.Env, c.Name), 0o700); err != nil {
 		return fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
+	rec := Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC(), Pools: &Pools{}}
+	// Before kind makes a container: a run killed from here on leaves a
+	// cluster that up and down know as this environment's, unfinished.
+	if err := p.writeLocalRecord(rec, true); err != nil {
+		return err
+	}
 	if err := p.kind.Create(c.KindName, plan.KindConfig(c), kubeconfig, wait); err != nil {
 		return fmt.Errorf("cluster %q: creating kind cluster %s: %w", c.Name, c.KindName, err)
 	}
@@ -290,9 +389,11 @@ func (p *Provider) createOne(plan *Plan, c ClusterPlan, wait time.Duration) erro
 	}
 	// Empty pools, not none: a record without them was written by a meshctl
 	// that did not record pools, whose blocks other environments must infer.
-	rec := Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC(), Pools: &Pools{}}
 	if err := p.writeRecord(ns, rec); err != nil {
 		return fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	if err := p.writeLocalRecord(rec, false); err != nil {
+		return err
 	}
 	p.logger.V(1).Infof("cluster %q created as kind cluster %s", c.Name, c.KindName)
 	return nil
@@ -315,7 +416,9 @@ func (p *Provider) rollback(plan *Plan, created []ClusterPlan, retain bool) {
 		}
 		if err := p.kind.Delete(c.KindName, p.KubeconfigPath(plan.Env, c.Name, false)); err != nil {
 			p.logger.Errorf("cluster %q: deleting after failure: %v (delete it with `meshctl down %s`)", c.Name, err, c.KindName)
+			return nil
 		}
+		_ = os.Remove(p.localRecordPath(plan.Env, c.Name))
 		return nil
 	})
 }

@@ -23,7 +23,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{kind: newFakeKind(), docker: &fakeDocker{}, dir: t.TempDir()}
+	e := &env{kind: newFakeKind(), dir: t.TempDir()}
+	e.docker = &fakeDocker{kind: e.kind}
 	e.p = NewProvider(ProviderWithKind(e.kind), ProviderWithDocker(e.docker),
 		ProviderWithNodeReader(fakeNodeReader{e.kind}), ProviderWithArtifacts(e.dir))
 	return e

@@ -71,6 +71,9 @@ func (c *Connector) Connect(ctx context.Context, env string) (*Result, error) {
 	if err := Apply(ctx, c.exec, plan); err != nil {
 		return nil, err
 	}
+	if err := InstallReconciler(ctx, c.exec, plan); err != nil {
+		return nil, err
+	}
 	res := &Result{Env: env, Nodes: []NodeResult{}}
 	for _, nr := range plan {
 		r := NodeResult{Cluster: nr.Cluster, Node: nr.Node, Routes: []string{}}

@@ -29,10 +29,12 @@ type Cluster struct {
 	Nodes          []Node
 }
 
-// Route sends Dst via the next hop Via.
+// Route sends Dst via the next hop Via, the address of the peer node
+// ViaNode (by which the route reconciler finds it again when it moves).
 type Route struct {
-	Dst netip.Prefix
-	Via netip.Addr
+	Dst     netip.Prefix
+	Via     netip.Addr
+	ViaNode string
 }
 
 func (r Route) String() string { return fmt.Sprintf("%s via %s", r.Dst, r.Via) }
@@ -99,7 +101,7 @@ func routesTo(c Cluster) ([]Route, error) {
 			if !ok {
 				return nil, fmt.Errorf("cluster %q: node %s has no %s address for pod CIDR %s", c.Name, n.Name, family(p), p)
 			}
-			rs = append(rs, Route{Dst: p, Via: via})
+			rs = append(rs, Route{Dst: p, Via: via, ViaNode: n.Name})
 		}
 	}
 	if len(c.ServiceSubnets) > 0 && cp == nil {
@@ -110,7 +112,7 @@ func routesTo(c Cluster) ([]Route, error) {
 		if !ok {
 			return nil, fmt.Errorf("cluster %q: control-plane node %s has no %s address for service CIDR %s", c.Name, cp.Name, family(s), s)
 		}
-		rs = append(rs, Route{Dst: s, Via: via})
+		rs = append(rs, Route{Dst: s, Via: via, ViaNode: cp.Name})
 	}
 	return rs, nil
 }

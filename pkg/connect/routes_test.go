@@ -189,8 +189,8 @@ func TestRoutePlanErrors(t *testing.T) {
 func TestBatch(t *testing.T) {
 	t.Parallel()
 	got := string(Batch([]Route{
-		{netip.MustParsePrefix("10.20.0.0/24"), netip.MustParseAddr("172.18.0.3")},
-		{netip.MustParsePrefix("fd00:10:20::/64"), netip.MustParseAddr("fc00::3")},
+		{Dst: netip.MustParsePrefix("10.20.0.0/24"), Via: netip.MustParseAddr("172.18.0.3")},
+		{Dst: netip.MustParsePrefix("fd00:10:20::/64"), Via: netip.MustParseAddr("fc00::3")},
 	}))
 	want := "route replace 10.20.0.0/24 via 172.18.0.3\nroute replace fd00:10:20::/64 via fc00::3\n"
 	if got != want {

@@ -257,7 +257,7 @@ func (b *Builder) Connect(ctx context.Context, env string) (*ConnectResult, erro
 	if b.o.remoteSecrets {
 		err := b.step("Installing remote secrets (control planes read the other clusters)", func() error {
 			var err error
-			out.RemoteSecrets, err = remotesecret.New(b.p, remotesecret.WithLogger(b.o.logger)).Ensure(ctx, env)
+			out.RemoteSecrets, err = remotesecret.New(b.p, remotesecret.WithLogger(b.o.logger), remotesecret.WithServerByName(true)).Ensure(ctx, env)
 			return err
 		})
 		if err != nil {

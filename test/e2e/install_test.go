@@ -224,6 +224,8 @@ var _ = Describe("the dataplane install", Ordered, func() {
 			"the proxy on %s's node opened no outbound HBONE tunnel", client)
 	})
 
+	agentPodDeletedSpecs(func() *meshtest.Env { return mesh })
+
 	// Across clusters on one network: connect routes the peer's pod CIDR,
 	// the proxies' --mesh-cidrs hold both clusters' pod CIDRs, and the
 	// workload certificates of both chain to the environment's one root.

@@ -172,6 +172,9 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 		Expect(errOut).To(ContainSubstring("workers: 0 → 1"))
 	})
 
+	// The faults on this environment: stopped nodes, moved nodes.
+	faultSpecs(env, func() []string { return upArgs })
+
 	It("lists the environment", func() {
 		var all []cluster.Existing
 		meshctlJSON(&all, "list")

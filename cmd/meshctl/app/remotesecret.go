@@ -34,7 +34,7 @@ token: treat it as a credential.`,
 				return fmt.Errorf("unknown output format %q: want yaml or json", format)
 			}
 			p := g.provider()
-			s, err := remotesecret.New(p, remotesecret.WithLogger(g.logger)).Secret(cmd.Context(), g.settings.GetString("env"), args[0])
+			s, err := remotesecret.New(p, remotesecret.WithLogger(g.logger), remotesecret.WithServerByName(true)).Secret(cmd.Context(), g.settings.GetString("env"), args[0])
 			if err != nil {
 				return err
 			}

@@ -24,10 +24,14 @@ func newStatusCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return print(g.streams.Out, format, res, func(w io.Writer) error { return printStatus(w, res) })
+			if err := print(g.streams.Out, format, res, func(w io.Writer) error { return printStatus(w, res) }); err != nil {
+				return err
+			}
+			return statusCheck(res, g.settings.GetBool("check"))
 		},
 	}
 	cmd.Flags().String("registry-name", cluster.DefaultRegistryName, "name of the registry container")
+	cmd.Flags().Bool("check", false, "exit 1, naming every problem, unless the environment is Ready (for scripts)")
 	addOutputFlag(cmd)
 	return cmd
 }
@@ -37,20 +41,25 @@ func printStatus(w io.Writer, r *cluster.StatusResult) error {
 		fmt.Fprintf(w, "Environment %q has no clusters.\n", r.Env)
 		return nil
 	}
-	fmt.Fprintf(w, "Environment %q: %s\n", r.Env, readiness(r.Ready))
+	fmt.Fprintf(w, "Environment %q: %s\n", r.Env, envState(r))
 	if r.Registry != nil {
 		fmt.Fprintf(w, "Registry %s: %s\n", r.Registry.Name, map[bool]string{true: "running", false: "stopped"}[r.Registry.Running])
 	}
 	for _, c := range r.Clusters {
-		fmt.Fprintf(w, "\n%s (%s): %s\n", c.Name, describeCluster(c.ClusterPlan), readiness(c.Ready))
+		fmt.Fprintf(w, "\n%s (%s): %s\n", c.Name, describeCluster(c.ClusterPlan), clusterState(c))
 		fmt.Fprintf(w, "  network %s, roles %s, pods %s, services %s\n", c.Network, strings.Join(c.Roles, ","),
 			strings.Join(c.PodSubnets, ","), strings.Join(c.ServiceSubnets, ","))
 		if lb := c.LoadBalancerPools; lb != nil {
 			fmt.Fprintf(w, "  load-balancer pools %s (MetalLB, docker network %s)\n", strings.Join(lb.CIDRs, ","), lb.DockerNetwork)
 		}
 		printDiscovery(w, c.ClusterPlan)
+		for _, p := range c.Problems {
+			fmt.Fprintf(w, "  problem: %s\n", p)
+		}
 		if c.Error != "" {
-			fmt.Fprintf(w, "  error: %s\n", c.Error)
+			if len(c.Problems) == 0 {
+				fmt.Fprintf(w, "  error: %s\n", c.Error)
+			}
 			continue
 		}
 		t := newTable(w, "  NODE", "ROLE", "READY", "IPS", "POD CIDRS")
@@ -62,6 +71,34 @@ func printStatus(w io.Writer, r *cluster.StatusResult) error {
 		}
 	}
 	return nil
+}
+
+// statusCheck is the exit of `status --check`: an error listing every
+// problem unless the environment is Ready.
+func statusCheck(r *cluster.StatusResult, check bool) error {
+	if !check || r.Ready {
+		return nil
+	}
+	if len(r.Clusters) == 0 {
+		return fmt.Errorf("environment %q has no clusters", r.Env)
+	}
+	return fmt.Errorf("environment %q is %s:\n  %s", r.Env, cluster.EnvDegraded, strings.Join(r.Problems, "\n  "))
+}
+
+// envState is the environment's state line; a report from before states
+// (a library user's own StatusResult) falls back to readiness.
+func envState(r *cluster.StatusResult) string {
+	if r.State != "" {
+		return r.State
+	}
+	return readiness(r.Ready)
+}
+
+func clusterState(c cluster.ClusterStatus) string {
+	if c.State == "" || c.State == cluster.StateRunning {
+		return readiness(c.Ready)
+	}
+	return strings.ToUpper(c.State)
 }
 
 func readiness(ok bool) string {

@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
@@ -13,7 +14,8 @@ import (
 // API server does not answer, and cluster3 is an existing cluster, which
 // has no pools (its own load balancer gives its gateway an address).
 func statusFixture() *cluster.StatusResult {
-	return &cluster.StatusResult{Env: "dev", Registry: &cluster.RegistryStatus{Name: "kind-registry", Running: true},
+	return &cluster.StatusResult{Env: "dev", State: cluster.EnvDegraded, Registry: &cluster.RegistryStatus{Name: "kind-registry", Running: true},
+		Problems: []string{`cluster "cluster2": API server unreachable: Get "https://127.0.0.1:40002/api/v1/nodes": connection refused`},
 		Clusters: []cluster.ClusterStatus{
 			{
 				ClusterPlan: cluster.ClusterPlan{Name: "cluster1", KindName: "dev-cluster1", Network: "network-1", Roles: []string{"primary", "config"},
@@ -22,6 +24,7 @@ func statusFixture() *cluster.StatusResult {
 					ControlPlanes: 1, Workers: 1, Image: "meshctl/node:v1.34.4"},
 				LoadBalancerPools: &cluster.Pools{DockerNetwork: "kind", CIDRs: []string{"172.18.255.224/28", "fc00:f853:ccd:e793:ffff:ffff:ffff:ffe0/124"}},
 				Ready:             true,
+				State:             cluster.StateRunning,
 				Nodes: []cluster.NodeStatus{
 					{Name: "dev-cluster1-control-plane", Role: "control-plane", Ready: true, IPs: []string{"172.18.0.2", "fc00:f853:ccd:e793::2"}, PodCIDRs: []string{"10.10.0.0/24", "fd00:10:10::/64"}, Version: "v1.34.4"},
 					{Name: "dev-cluster1-worker", Role: "worker", Ready: true, IPs: []string{"172.18.0.3", "fc00:f853:ccd:e793::3"}, PodCIDRs: []string{"10.10.1.0/24", "fd00:10:10:1::/64"}, Version: "v1.34.4"},
@@ -33,6 +36,8 @@ func statusFixture() *cluster.StatusResult {
 					PodSubnets: []string{"10.20.0.0/16"}, ServiceSubnets: []string{"10.255.20.0/24"}, ControlPlanes: 1, Image: "meshctl/node:v1.34.4"},
 				LoadBalancerPools: &cluster.Pools{DockerNetwork: "kind", CIDRs: []string{"172.18.255.208/28"}},
 				Nodes:             []cluster.NodeStatus{},
+				State:             cluster.StateNotReady,
+				Problems:          []string{"API server unreachable: Get \"https://127.0.0.1:40002/api/v1/nodes\": connection refused"},
 				Error:             "Get \"https://127.0.0.1:40002/api/v1/nodes\": connection refused",
 			},
 			{
@@ -43,6 +48,7 @@ func statusFixture() *cluster.StatusResult {
 					Discovery: &cluster.Discovery{Server: "https://203.0.113.10:6443", Version: "v1.33.2", Nodes: 1,
 						PodSubnetsFrom: "nodes' podCIDRs", ServiceSubnetsFrom: "ServiceCIDR kubernetes"}},
 				Ready: true,
+				State: cluster.StateRunning,
 				Nodes: []cluster.NodeStatus{{Name: "node-a", Role: "worker", Ready: true, IPs: []string{"10.0.0.4"}, PodCIDRs: []string{"10.30.0.0/24"}, Version: "v1.33.2"}},
 			},
 		},
@@ -67,5 +73,23 @@ func TestStatusGolden(t *testing.T) {
 			}
 			checkGolden(t, tt.golden, out.String())
 		})
+	}
+}
+
+// `status --check` is for scripts: exit 1 naming every problem when the
+// environment is not Ready, nothing otherwise.
+func TestStatusCheck(t *testing.T) {
+	t.Parallel()
+	res := statusFixture()
+	if err := statusCheck(res, false); err != nil {
+		t.Errorf("without --check: %v", err)
+	}
+	err := statusCheck(res, true)
+	if err == nil || !strings.Contains(err.Error(), `environment "dev" is Degraded`) || !strings.Contains(err.Error(), `cluster "cluster2": API server unreachable`) {
+		t.Errorf("--check on a degraded environment: %v", err)
+	}
+	res.Ready, res.State, res.Problems = true, cluster.EnvReady, nil
+	if err := statusCheck(res, true); err != nil {
+		t.Errorf("--check on a ready environment: %v", err)
 	}
 }

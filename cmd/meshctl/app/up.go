@@ -197,6 +197,11 @@ func printUp(w io.Writer, out *mesh.Result) error {
 	if err := tw.flush(); err != nil {
 		return err
 	}
+	for _, c := range r.Clusters {
+		if len(c.Healed) > 0 {
+			fmt.Fprintf(w, "%s %s: %s\n", c.Name, c.Action, strings.Join(c.Healed, "; "))
+		}
+	}
 	if err := printGateways(w, &gateway.Result{Clusters: out.Gateways}); err != nil {
 		return err
 	}

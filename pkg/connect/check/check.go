@@ -11,7 +11,9 @@ import (
 	"github.com/meshctl/meshctl/internal/parallel"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/kind/pkg/log"
 
@@ -37,12 +39,22 @@ const (
 	Port = 8080
 )
 
+// apiProbeTimeout bounds the question "does the API server answer?".
+const apiProbeTimeout = 10 * time.Second
+
 // Paths a probe takes.
 const (
 	PathPod     = "pod"
 	PathService = "service"
 	PathGateway = "gateway"
+	// PathAPI is a cluster of the environment that the check could not
+	// reach at all (stopped, missing, API server down): a failed probe
+	// from meshctl, so that a partial environment never passes.
+	PathAPI = "api"
 )
+
+// FromMeshctl is the From of a PathAPI probe.
+const FromMeshctl = "meshctl"
 
 // Probe outcomes.
 const (
@@ -124,6 +136,9 @@ type run struct {
 	client kubernetes.Interface
 	podIPs []string
 	svcIPs []string
+	// down is why the cluster cannot be reached; such a cluster gets a
+	// failed PathAPI probe and takes no part in the rest.
+	down string
 }
 
 // Check runs the check on env. Failed probes are in the Result, not the
@@ -131,9 +146,21 @@ type run struct {
 // unreachable, a pod that never started). The namespace is deleted in every
 // cluster before returning, whatever happened.
 func (c *Checker) Check(ctx context.Context, env string) (*Result, error) {
-	runs, err := c.resolve(ctx, env)
+	all, err := c.resolve(ctx, env)
 	if err != nil {
 		return nil, err
+	}
+	var runs []*run
+	var unreachable []Probe
+	for _, r := range all {
+		if r.down != "" {
+			unreachable = append(unreachable, Probe{From: FromMeshctl, To: r.plan.Name, Path: PathAPI, Status: StatusFailed, Error: r.down})
+			continue
+		}
+		runs = append(runs, r)
+	}
+	if len(runs) == 0 {
+		return &Result{Env: env, Probes: unreachable}, nil
 	}
 	defer c.cleanup(runs)
 
@@ -164,6 +191,7 @@ func (c *Checker) Check(ctx context.Context, env string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	res.Probes = append(res.Probes, unreachable...)
 	sort.SliceStable(res.Probes, func(i, j int) bool {
 		a, b := res.Probes[i], res.Probes[j]
 		if a.From != b.From {
@@ -214,7 +242,10 @@ func (c *Checker) resolve(ctx context.Context, env string) ([]*run, error) {
 	err = parallel.ForEach(runs, func(r *run) error {
 		kc, err := c.source.ClusterKubeconfig(ctx, r.plan, false)
 		if err != nil {
-			return fmt.Errorf("cluster %q: kubeconfig: %w", r.plan.Name, err)
+			// A stopped or missing cluster: a failed probe, not the
+			// end of the check.
+			r.down = "reading its kubeconfig: " + err.Error()
+			return nil
 		}
 		cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
 		if err != nil {
@@ -222,6 +253,17 @@ func (c *Checker) resolve(ctx context.Context, env string) ([]*run, error) {
 		}
 		if r.client, err = kubernetes.NewForConfig(cfg); err != nil {
 			return fmt.Errorf("cluster %q: client: %w", r.plan.Name, err)
+		}
+		// Asked once with a short timeout, so that an API server that
+		// does not answer is reported rather than waited on per step.
+		probe := rest.CopyConfig(cfg)
+		probe.Timeout = apiProbeTimeout
+		dc, err := discovery.NewDiscoveryClientForConfig(probe)
+		if err != nil {
+			return fmt.Errorf("cluster %q: client: %w", r.plan.Name, err)
+		}
+		if _, err := dc.ServerVersion(); err != nil {
+			r.down = fmt.Sprintf("API server unreachable at %s: %v", cfg.Host, err)
 		}
 		return nil
 	})

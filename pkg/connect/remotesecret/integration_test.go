@@ -246,3 +246,44 @@ func checkRemoteSecret(ctx context.Context, t *testing.T, target kubernetes.Inte
 	}
 	return s
 }
+
+// TestIntegrationServerByName: with WithServerByName a kind cluster's
+// secret names its API server by container name, which survives a Docker
+// restart; a secret written with the old address is updated in place.
+func TestIntegrationServerByName(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	const tokens = "serviceaccount-token-controller"
+	src := &envSource{kubeconfigs: map[string][]byte{}}
+	clients := map[string]kubernetes.Interface{}
+	for _, name := range []string{"cluster1", "cluster2"} {
+		cfg := testenv.NewWithControllers(t, tokens)
+		clients[name] = kubernetes.NewForConfigOrDie(cfg)
+		src.kubeconfigs[name] = kubeconfigFor(t, name, cfg)
+		src.clusters = append(src.clusters, cluster.ClusterPlan{Name: name, KindName: "it-" + name, Network: "network-1", PrimaryClusterName: name, ConfigClusterName: name, ControlPlanes: 1})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := New(src, WithTimeout(30*time.Second)).Ensure(ctx, "it"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := New(src, WithTimeout(30*time.Second), WithServerByName(true)).Ensure(ctx, "it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := actions(res); got != "readers cluster1:reused cluster2:reused; secrets cluster2→cluster1:updated cluster1→cluster2:updated" {
+		t.Errorf("by name: %s", got)
+	}
+	s, err := clients["cluster1"].CoreV1().Secrets(Namespace).Get(ctx, SecretPrefix+"cluster2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data["cluster2"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host != "https://it-cluster2-control-plane:6443" {
+		t.Errorf("server %s, want https://it-cluster2-control-plane:6443", cfg.Host)
+	}
+}

@@ -32,6 +32,7 @@ type Manager struct {
 	logger  log.Logger
 	timeout time.Duration
 	poll    time.Duration
+	byName  bool
 }
 
 // Option configures a Manager.
@@ -44,6 +45,14 @@ func WithLogger(l log.Logger) Option { return func(m *Manager) { m.logger = l } 
 // token Secret (default 2m: a cluster just created may still be starting
 // kube-controller-manager).
 func WithTimeout(d time.Duration) Option { return func(m *Manager) { m.timeout = d } }
+
+// WithServerByName names a kind cluster's API server by its container name
+// on the kind network (https://<kind>-control-plane:6443), not its
+// address: Docker's DNS resolves the name from nodes and pods, and the API
+// server's certificate carries it, so the secret stays right when a Docker
+// restart gives the node another address. Existing clusters keep the
+// server their kubeconfig names.
+func WithServerByName(b bool) Option { return func(m *Manager) { m.byName = b } }
 
 // New returns a Manager that reads the environment from source.
 func New(source Source, opts ...Option) *Manager {
@@ -251,6 +260,9 @@ func (m *Manager) resolve(ctx context.Context, cs []cluster.ClusterPlan, sources
 			return fmt.Errorf("cluster %q: internal kubeconfig names no server", name)
 		}
 		eps[i].server = icfg.Host
+		if m.byName && !plans[name].Existing && plans[name].KindName != "" {
+			eps[i].server = cluster.InternalAPIServer(plans[name])
+		}
 		return nil
 	})
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"helm.sh/helm/v3/pkg/storage/driver"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshctl/meshctl/pkg/install/charts"
@@ -54,6 +55,7 @@ type Installer struct {
 	names   []string
 	timeout time.Duration
 	wait    bool
+	poll    time.Duration
 	debug   func(format string, v ...any)
 }
 
@@ -79,7 +81,7 @@ func WithDebug(f func(format string, v ...any)) Option { return func(i *Installe
 
 // New returns an Installer of the embedded charts.
 func New(opts ...Option) *Installer {
-	i := &Installer{fsys: charts.FS, names: charts.Names, timeout: DefaultTimeout, wait: true,
+	i := &Installer{fsys: charts.FS, names: charts.Names, timeout: DefaultTimeout, wait: true, poll: time.Second,
 		debug: func(string, ...any) {}}
 	for _, o := range opts {
 		o(i)
@@ -114,6 +116,8 @@ type ReleaseResult struct {
 	Action   string `json:"action"`
 	Revision int    `json:"revision,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// manifest is the deployed release's: what waitRelease waits for.
+	manifest string
 }
 
 // Failed reports whether any cluster failed.
@@ -268,6 +272,11 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*Result, er
 		var out []ReleaseResult
 		for n, c := range cs {
 			r := i.installChart(ctx, cfg, ns, c, t.Values)
+			if r.Error == "" && i.wait {
+				if err := i.waitRelease(ctx, t, ns, r.manifest); err != nil {
+					r.Error = err.Error()
+				}
+			}
 			out = append(out, r)
 			if r.Error != "" {
 				// The next chart depends on this one (the proxy on the
@@ -358,6 +367,24 @@ func shorten(msg string) string {
 	return longQuoted.ReplaceAllString(msg, `"…"`)
 }
 
+// waitRelease waits until every DaemonSet and Deployment of a deployed
+// release has all its Pods Ready (see WaitReady): "installed" means running.
+func (i *Installer) waitRelease(ctx context.Context, t Target, ns, manifest string) error {
+	ws, err := Workloads(manifest, ns)
+	if err != nil || len(ws) == 0 {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", t.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubeconfig %s: %w", t.Kubeconfig, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	return WaitReady(ctx, cs, ws, i.timeout, i.poll)
+}
+
 func chartRef(c *chart.Chart) string { return c.Name() + "-" + c.Metadata.Version }
 
 func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration, ns string, c *chart.Chart, values map[string]any) ReleaseResult {
@@ -385,13 +412,13 @@ func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration,
 			// A failed install has been uninstalled again.
 			return fail(ActionRolledBack, fmt.Errorf("install: %w", err))
 		}
-		r.Action, r.Revision = ActionInstalled, rel.Version
+		r.Action, r.Revision, r.manifest = ActionInstalled, rel.Version, rel.Manifest
 		return r
 	}
 	if unchanged, err := i.unchanged(ctx, cfg, ns, c, values, last); err != nil {
 		return fail(ActionFailed, err)
 	} else if unchanged {
-		r.Action, r.Revision = ActionUnchanged, last.Version
+		r.Action, r.Revision, r.manifest = ActionUnchanged, last.Version, last.Manifest
 		return r
 	}
 	up := i.upgrade(cfg, ns)
@@ -407,7 +434,7 @@ func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration,
 		// The release is back at its previous revision.
 		return fail(ActionRolledBack, fmt.Errorf("upgrade: %w", err))
 	}
-	r.Action, r.Revision = ActionUpgraded, rel.Version
+	r.Action, r.Revision, r.manifest = ActionUpgraded, rel.Version, rel.Manifest
 	return r
 }
 

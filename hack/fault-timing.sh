@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Measures how long an environment takes to be green again after a fault:
+# from `docker start` of a stopped node, and from a forced change of a node's
+# address (docker network disconnect + connect while another container holds
+# the old address), to the first passing `meshctl check connectivity` —
+# once with no command (the nodes heal themselves) and once running
+# `meshctl up` right after the fault.
+#
+#   hack/fault-timing.sh [ENV] [NODE]
+#
+# ENV (default "default") must be up and connected with at least two
+# clusters on one network; NODE defaults to ENV's cluster2 control plane.
+# MESHCTL (default ./bin/meshctl) is the binary; UP_ARGS are passed to
+# `meshctl up` (give the same flags the environment was made with).
+# CHECK_IMAGE is any image with sleep, for the address squatter.
+set -euo pipefail
+
+env=${1:-default}
+prefix=""
+[ "$env" = default ] || prefix="$env-"
+node=${2:-${prefix}cluster2-control-plane}
+meshctl=${MESHCTL:-./bin/meshctl}
+net=${KIND_EXPERIMENTAL_DOCKER_NETWORK:-kind}
+image=${CHECK_IMAGE:-meshctl/busybox:latest}
+read -r -a up_args <<<"${UP_ARGS:-}"
+
+now() { date +%s.%N; }
+since() { echo "$(now) - $1" | bc; }
+
+green() { # wait for a passing check; print seconds since $1
+	local t0=$1
+	until "$meshctl" check connectivity --env "$env" >/dev/null 2>&1; do
+		if (($(echo "$(since "$t0") > 600" | bc))); then
+			echo "not green after 600 s" >&2
+			return 1
+		fi
+		sleep 2
+	done
+	since "$t0"
+}
+
+stop_start() {
+	docker stop "$node" >/dev/null
+	docker start "$node" >/dev/null
+}
+
+move_ip() {
+	local old
+	old=$(docker inspect --format "{{(index .NetworkSettings.Networks \"$net\").IPAddress}}" "$node")
+	docker network disconnect "$net" "$node"
+	docker run -d --rm --name meshctl-ip-squatter --network "$net" --ip "$old" "$image" sleep 30 >/dev/null
+	docker network connect "$net" "$node"
+	echo "  $node: $old -> $(docker inspect --format "{{(index .NetworkSettings.Networks \"$net\").IPAddress}}" "$node")" >&2
+}
+
+"$meshctl" check connectivity --env "$env" >/dev/null || { echo "environment $env is not green to start with" >&2; exit 1; }
+for fault in stop_start move_ip; do
+	for mode in none up; do
+		echo "$fault, $mode:" >&2
+		t0=$(now)
+		$fault
+		if [ "$mode" = up ]; then
+			"$meshctl" up --env "$env" "${up_args[@]}" >/dev/null
+		fi
+		printf '%-10s %-5s %6.1f s to a green check connectivity\n' "$fault" "$mode" "$(green "$t0")"
+		docker rm -f meshctl-ip-squatter >/dev/null 2>&1 || true
+	done
+done

@@ -1,0 +1,275 @@
+package cluster
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/kind/pkg/cluster/nodes"
+
+	"github.com/meshctl/meshctl/internal/parallel"
+)
+
+// A cluster's state, as status reports it.
+const (
+	StateRunning = "running"
+	// StateStopped: a node container is not running (docker stop, a
+	// reboot with containers not set to restart).
+	StateStopped = "stopped"
+	// StateNotReady: the containers run but the API server does not
+	// answer, or a node is NotReady.
+	StateNotReady = "not ready"
+	// StateMissing: meshctl recorded the cluster (in the artifacts
+	// directory) but no kind cluster of that name exists.
+	StateMissing = "missing"
+	// StateIncomplete: meshctl began creating the cluster and did not
+	// finish (the run was killed); up recreates it, down deletes it.
+	StateIncomplete = "incomplete"
+	// StateRoutesStale: a node's routes to a peer cluster do not point at
+	// the peer node's current address.
+	StateRoutesStale = "routes stale"
+)
+
+// Paths on kind nodes of the route reconciler pkg/connect installs: the
+// routes to peer clusters keyed by peer node name, and the script that
+// resolves the names and keeps the kernel's routes in step. Status runs the
+// script's check mode; pkg/connect writes both.
+const (
+	NodeRoutesFile   = "/kind/meshctl/routes"
+	NodeRoutesScript = "/kind/meshctl/routes.sh"
+)
+
+// dockerHint says how to get a Docker engine; every command that needs one
+// ends its error with it.
+const dockerHint = "Start Docker (`systemctl start docker`; on a machine without one, `make e2e-env` installs it) and check that `docker info` works"
+
+// dockerUnreachable is the error of every command that needs Docker and
+// cannot reach it: what is wrong, and how to fix it.
+func dockerUnreachable(err error) error {
+	return fmt.Errorf("%w: %v\n%s", ErrNoDocker, err, dockerHint)
+}
+
+// checkDocker asks the Docker engine for its version.
+func (p *Provider) checkDocker(ctx context.Context) error {
+	if _, err := p.docker.Run(ctx, "info", "--format", "{{.ServerVersion}}"); err != nil {
+		return dockerUnreachable(err)
+	}
+	return nil
+}
+
+// containersRunning reports, per node container, whether it runs.
+func (p *Provider) containersRunning(ctx context.Context, ns []nodes.Node) (map[string]bool, error) {
+	args := []string{"inspect", "--format", "{{.Name}} {{.State.Running}}"}
+	for _, n := range ns {
+		args = append(args, n.String())
+	}
+	out, err := p.docker.Run(ctx, args...)
+	if err != nil {
+		return nil, fmt.Errorf("inspecting node containers: %w", err)
+	}
+	running := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 {
+			running[strings.TrimPrefix(f[0], "/")] = f[1] == "true"
+		}
+	}
+	return running, nil
+}
+
+// stoppedNodes lists the node containers of a kind cluster that do not run.
+func (p *Provider) stoppedNodes(ctx context.Context, kindName string) ([]string, error) {
+	ns, err := p.kind.ListNodes(kindName)
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes of %s: %w", kindName, err)
+	}
+	if len(ns) == 0 {
+		return nil, nil
+	}
+	running, err := p.containersRunning(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	var stopped []string
+	for _, n := range ns {
+		if !running[n.String()] {
+			stopped = append(stopped, n.String())
+		}
+	}
+	return stopped, nil
+}
+
+// readStoppedRecord reads meshctl's record from a control-plane container
+// that does not run: `docker cp` reads a stopped container's files, where
+// exec cannot. errNoRecord when it has none.
+func (p *Provider) readStoppedRecord(ctx context.Context, kindName string) (*Record, error) {
+	ns, err := p.kind.ListNodes(kindName)
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes of %s: %w", kindName, err)
+	}
+	cp, err := controlPlane(ns)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", kindName, err)
+	}
+	out, err := p.docker.Run(ctx, "cp", cp.String()+":"+recordPath, "-")
+	if err != nil {
+		if strings.Contains(err.Error(), "Could not find the file") || strings.Contains(err.Error(), "No such") {
+			return nil, errNoRecord
+		}
+		return nil, fmt.Errorf("reading meshctl record of stopped %s: %w", cp, err)
+	}
+	tr := tar.NewReader(bytes.NewReader(out))
+	if _, err := tr.Next(); err != nil {
+		return nil, fmt.Errorf("reading meshctl record of stopped %s: %w", cp, err)
+	}
+	data, err := io.ReadAll(tr)
+	if err != nil {
+		return nil, fmt.Errorf("reading meshctl record of stopped %s: %w", cp, err)
+	}
+	var r Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("meshctl record on %s is corrupt: %w", cp, err)
+	}
+	return &r, nil
+}
+
+// localRecordFile is meshctl's local copy of a kind cluster's record, in
+// the cluster's artifacts directory. Written with InProgress before kind
+// starts creating the cluster, and again when the record is on the node,
+// it tells a cluster whose creation was killed from a foreign kind cluster,
+// and a cluster deleted behind meshctl's back from one never planned.
+const localRecordFile = "kind.json"
+
+// localRecord is a Record with the progress of its creation.
+type localRecord struct {
+	Record
+	// InProgress: creation started and has not finished.
+	InProgress bool `json:"inProgress,omitempty"`
+}
+
+func (p *Provider) localRecordPath(env, cluster string) string {
+	return filepath.Join(p.clusterDir(env, cluster), localRecordFile)
+}
+
+func (p *Provider) writeLocalRecord(r Record, inProgress bool) error {
+	data, err := json.MarshalIndent(localRecord{Record: r, InProgress: inProgress}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding record: %w", err)
+	}
+	if err := writePrivate(p.localRecordPath(r.Env, r.Cluster.Name), data); err != nil {
+		return fmt.Errorf("cluster %q: %w", r.Cluster.Name, err)
+	}
+	return nil
+}
+
+// localRecords reads every local record of kind clusters, of every
+// environment. A corrupt one is skipped with a warning: it only adds to what
+// the nodes say.
+func (p *Provider) localRecords() []localRecord {
+	files, _ := filepath.Glob(filepath.Join(p.artifacts, "*", "*", localRecordFile))
+	var out []localRecord
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			p.logger.Warnf("reading %s: %v", f, err)
+			continue
+		}
+		var r localRecord
+		if err := json.Unmarshal(data, &r); err != nil || r.Cluster.KindName == "" {
+			p.logger.Warnf("ignoring corrupt meshctl record %s: %v", f, err)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// startNodes starts a kind cluster's stopped node containers. kind's node
+// entrypoint brings kubelet and the control plane back, and rewrites the
+// node's own address where it changed.
+func (p *Provider) startNodes(ctx context.Context, stopped []string) error {
+	if len(stopped) == 0 {
+		return nil
+	}
+	if _, err := p.docker.Run(ctx, append([]string{"start"}, stopped...)...); err != nil {
+		return fmt.Errorf("starting %s: %w", strings.Join(stopped, ", "), err)
+	}
+	return nil
+}
+
+// waitReady waits until a cluster's API server answers with every node
+// Ready, up to wait.
+func (p *Provider) waitReady(ctx context.Context, c ClusterPlan, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		st := p.apiStatus(ctx, c)
+		if st.Ready {
+			return nil
+		}
+		why := st.Error
+		if why == "" {
+			why = notReadyNodes(st)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster %q not ready after %s: %s", c.Name, wait, why)
+		}
+		p.logger.V(1).Infof("cluster %q: waiting to be ready: %s", c.Name, why)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster %q: waiting to be ready: %w", c.Name, context.Cause(ctx))
+		case <-time.After(p.poll):
+		}
+	}
+}
+
+func notReadyNodes(st ClusterStatus) string {
+	var nr []string
+	for _, n := range st.Nodes {
+		if !n.Ready {
+			nr = append(nr, n.Name)
+		}
+	}
+	if len(nr) == 0 {
+		return fmt.Sprintf("%d of %d nodes registered", len(st.Nodes), st.ControlPlanes+st.Workers)
+	}
+	return "NotReady: " + strings.Join(nr, ", ")
+}
+
+// routeProblems runs the route reconciler's check on every running node of
+// a kind cluster: each line it prints is a route that does not point where
+// the peer node's name resolves now (or a name that does not resolve). A
+// node without the reconciler (connect never ran) has nothing to check.
+func (p *Provider) routeProblems(ctx context.Context, kindName string) []string {
+	ns, err := p.kind.ListNodes(kindName)
+	if err != nil {
+		return nil
+	}
+	probs := make([][]string, len(ns))
+	_ = parallel.ForEach(indexes(len(ns)), func(i int) error {
+		var out bytes.Buffer
+		cmd := ns[i].CommandContext(ctx, "sh", "-c", "if [ -x "+NodeRoutesScript+" ]; then "+NodeRoutesScript+" check; fi")
+		cmd.SetStdout(&out)
+		if err := cmd.Run(); err != nil {
+			probs[i] = []string{fmt.Sprintf("node %s: checking routes: %v", ns[i], runErr(err))}
+			return nil
+		}
+		for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				probs[i] = append(probs[i], fmt.Sprintf("node %s: %s", ns[i], l))
+			}
+		}
+		return nil
+	})
+	var all []string
+	for _, ps := range probs {
+		all = append(all, ps...)
+	}
+	return all
+}

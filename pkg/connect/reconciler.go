@@ -1,0 +1,82 @@
+package connect
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+
+	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster"
+)
+
+// The route reconciler keeps a node's routes to peer clusters right when
+// the peers' addresses change (a Docker restart gives every node container
+// a new address; kind repairs a node's own address, not its peers'). It is
+// a shell loop under the node's systemd, not a Pod: routes are the node's
+// business, it must work when connect runs without the dataplane install
+// (no meshctl image on the node, no CNI), and it must come back before
+// Kubernetes does — systemd starts it with the container. It reads the
+// routes keyed by peer node NAME, resolves the names through Docker's DNS
+// on the kind network every few seconds, and `ip route replace`s what
+// changed. `routes.sh check` prints every route that is not where its peer
+// is now: what `meshctl status` reports as stale.
+//
+//go:embed routes.sh
+var reconcilerScript string
+
+// reconcilerUnit is the systemd unit that runs the reconciler on a kind node.
+const reconcilerUnit = `[Unit]
+Description=meshctl: routes to peer clusters, re-resolved by node name
+After=network-online.target
+
+[Service]
+ExecStart=/bin/sh ` + cluster.NodeRoutesScript + ` run
+Restart=always
+RestartSec=2
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// ReconcilerUnitName is the reconciler's systemd unit on kind nodes.
+const ReconcilerUnitName = "meshctl-routes.service"
+
+// RoutesByName is a node's routes file: one "<destination> <peer node>"
+// line per route.
+func RoutesByName(rs []Route) []byte {
+	var b bytes.Buffer
+	for _, r := range rs {
+		fmt.Fprintf(&b, "%s %s\n", r.Dst, r.ViaNode)
+	}
+	return b.Bytes()
+}
+
+// installScript is the shell script (run with `sh -s` on the node) that
+// writes the routes file, the reconciler and its unit, and (re)starts it.
+func installScript(rs []Route) []byte {
+	var b strings.Builder
+	heredoc := func(path, content string) {
+		fmt.Fprintf(&b, "cat > %s.tmp <<'MESHCTL_EOF'\n%sMESHCTL_EOF\nmv %[1]s.tmp %[1]s\n", path, content)
+	}
+	b.WriteString("set -e\nmkdir -p /kind/meshctl\n")
+	heredoc(cluster.NodeRoutesFile, string(RoutesByName(rs)))
+	heredoc(cluster.NodeRoutesScript, reconcilerScript)
+	b.WriteString("chmod 0755 " + cluster.NodeRoutesScript + "\n")
+	heredoc("/etc/systemd/system/"+ReconcilerUnitName, reconcilerUnit)
+	b.WriteString("systemctl daemon-reload\nsystemctl enable " + ReconcilerUnitName + " >/dev/null 2>&1\nsystemctl restart " + ReconcilerUnitName + "\n")
+	return []byte(b.String())
+}
+
+// InstallReconciler gives every node of a plan its routes by peer node name
+// and the reconciler that keeps them, all nodes at once. Apply has put the
+// routes in already; the reconciler keeps them when addresses change.
+func InstallReconciler(ctx context.Context, x Executor, plan []NodeRoutes) error {
+	return parallel.ForEach(plan, func(nr NodeRoutes) error {
+		if err := x.Exec(ctx, nr.Cluster, nr.Node, installScript(nr.Routes), "sh", "-s"); err != nil {
+			return fmt.Errorf("cluster %q: node %s: installing the route reconciler: %w", nr.Cluster, nr.Node, err)
+		}
+		return nil
+	})
+}

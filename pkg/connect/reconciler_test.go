@@ -1,0 +1,154 @@
+package connect
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestIntegrationReconcilerFollowsAMovedPeer runs the node-side route
+// reconciler (routes.sh) in a network namespace standing in for a kind
+// node, with getent answering from a file standing in for Docker's DNS: it
+// installs the routes by peer name, check finds nothing stale; when the
+// peer's address changes, check names the stale routes and the running
+// reconciler moves them, with no meshctl command.
+func TestIntegrationReconcilerFollowsAMovedPeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs ip (iproute2)")
+	}
+	ns := fmt.Sprintf("mctlrec%d", rand.IntN(1e6))
+	sh(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	sh(t, "ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
+	sh(t, "ip", "-n", ns, "addr", "add", "192.168.88.1/24", "dev", "eth0")
+	sh(t, "ip", "-n", ns, "addr", "add", "fd88::1/64", "dev", "eth0", "nodad")
+	sh(t, "ip", "-n", ns, "link", "set", "eth0", "up")
+	sh(t, "ip", "-n", ns, "link", "set", "eth1", "up")
+
+	dir := t.TempDir()
+	script := filepath.Join(dir, "routes.sh")
+	routes := filepath.Join(dir, "routes")
+	hosts := filepath.Join(dir, "hosts")
+	bin := filepath.Join(dir, "bin")
+	write := func(path, content string, mode os.FileMode) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(script, reconcilerScript, 0o755)
+	// getent ahostsv4|ahostsv6 NAME, answered from the hosts file.
+	write(filepath.Join(bin, "getent"), `#!/bin/sh
+while read -r ip name; do
+	[ "$name" = "$2" ] || continue
+	case "$1:$ip" in
+	ahostsv4:*:*) ;;
+	ahostsv4:*|ahostsv6:*:*) echo "$ip STREAM $name" ;;
+	esac
+done < "$FAKE_HOSTS"
+`, 0o755)
+	write(routes, string(RoutesByName([]Route{
+		{Dst: netip.MustParsePrefix("10.20.0.0/24"), ViaNode: "peer-control-plane"},
+		{Dst: netip.MustParsePrefix("fd00:10:20::/64"), ViaNode: "peer-control-plane"},
+	})), 0o644)
+	write(hosts, "192.168.88.5 peer-control-plane\nfd88::5 peer-control-plane\n", 0o644)
+
+	env := []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "MESHCTL_ROUTES=" + routes, "FAKE_HOSTS=" + hosts, "MESHCTL_ROUTES_INTERVAL=0.2"}
+	inNode := func(ctx context.Context, args ...string) *exec.Cmd {
+		return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, "env"}, append(env, args...)...)...)
+	}
+	check := func() string {
+		t.Helper()
+		out, err := inNode(context.Background(), "sh", script, "check").CombinedOutput()
+		if err != nil {
+			t.Fatalf("routes.sh check: %v: %s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := check(); !strings.Contains(got, "10.20.0.0/24 via no route, but peer-control-plane is at 192.168.88.5") {
+		t.Errorf("check before any route:\n%s", got)
+	}
+
+	// ip netns exec and env exec the shell: the context's kill ends it
+	// (its last sleep ends by itself).
+	ctx, cancel := context.WithCancel(context.Background())
+	run := inNode(ctx, "sh", script, "run")
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = run.Wait()
+	})
+
+	waitClean := func(what string) {
+		t.Helper()
+		// Bounded only so that a broken reconciler fails instead of
+		// hanging; it normally takes one interval.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			got := check()
+			if got == "" {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: routes still stale:\n%s", what, got)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitClean("first run")
+	out, _ := exec.Command("ip", "-n", ns, "route", "show", "10.20.0.0/24").CombinedOutput()
+	if !strings.Contains(string(out), "via 192.168.88.5") {
+		t.Errorf("route: %s", out)
+	}
+
+	// The peer moves (a Docker restart): check names what is stale until
+	// the reconciler follows.
+	write(hosts, "192.168.88.7 peer-control-plane\nfd88::7 peer-control-plane\n", 0o644)
+	waitClean("after the peer moved")
+	out, _ = exec.Command("ip", "-n", ns, "-6", "route", "show", "fd00:10:20::/64").CombinedOutput()
+	if !strings.Contains(string(out), "via fd88::7") {
+		t.Errorf("route: %s", out)
+	}
+}
+
+// TestIntegrationReconcilerCheckNamesAnUnresolvablePeer: a peer whose name
+// does not resolve (its container stopped) is named, not skipped.
+func TestIntegrationReconcilerCheckNamesAnUnresolvablePeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	dir := t.TempDir()
+	routes := filepath.Join(dir, "routes")
+	if err := os.WriteFile(routes, []byte("10.99.0.0/24 gone-node\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "bin")
+	_ = os.Mkdir(bin, 0o755)
+	_ = os.WriteFile(filepath.Join(bin, "getent"), []byte("#!/bin/sh\nexit 2\n"), 0o755)
+	script := filepath.Join(dir, "routes.sh")
+	_ = os.WriteFile(script, []byte(reconcilerScript), 0o755)
+	cmd := exec.Command("sh", script, "check")
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "MESHCTL_ROUTES="+routes)
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "10.99.0.0/24: peer node gone-node does not resolve (is it running?)" {
+		t.Errorf("check: %v: %q", err, out)
+	}
+}

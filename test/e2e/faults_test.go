@@ -1,0 +1,181 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/connect/check"
+	"github.com/meshctl/meshctl/pkg/meshtest"
+)
+
+// faultSpecs are the issue's faults, run on the lifecycle container's
+// two-cluster environment (connected, no dataplane) before its down: a
+// stopped node, a node that changed address, each told truthfully by
+// status and check connectivity, and healed by up or by the nodes
+// themselves. upArgs are the container's own.
+func faultSpecs(envName string, upArgs func() []string) {
+	cp2 := func() string { return envName + "-cluster2-control-plane" }
+
+	It("tells the truth about a stopped node: status Degraded, status --check and check connectivity fail naming it", func() {
+		out, err := docker("stop", cp2())
+		Expect(err).NotTo(HaveOccurred(), out)
+		var st cluster.StatusResult
+		meshctlJSON(&st, "status", "--env", envName)
+		Expect(st.State).To(Equal(cluster.EnvDegraded))
+		Expect(st.Clusters).To(HaveLen(2), "status leaves no planned cluster out")
+		Expect(st.Clusters[1].Name).To(Equal("cluster2"))
+		Expect(st.Clusters[1].State).To(Equal(cluster.StateStopped))
+		Expect(strings.Join(st.Clusters[1].Problems, " ")).To(ContainSubstring(cp2()))
+
+		_, errOut, err := meshctlResult("status", "--env", envName, "--check")
+		Expect(err).To(HaveOccurred())
+		Expect(err.(*exec.ExitError).ExitCode()).To(Equal(1))
+		Expect(errOut).To(ContainSubstring(`cluster "cluster2"`))
+
+		out, errOut, err = meshctlResult("check", "connectivity", "--env", envName, "-o", "json")
+		Expect(err).To(HaveOccurred(), "check connectivity passed on a partial environment:\n%s", out)
+		var res check.Result
+		Expect(json.Unmarshal([]byte(out), &res)).To(Succeed(), out+errOut)
+		Expect(res.Failed()).To(ContainElement(And(
+			HaveField("To", "cluster2"), HaveField("Path", check.PathAPI))))
+	})
+
+	It("heals a stopped node with up, and says so", func() {
+		var res cluster.UpResult
+		meshctlJSON(&res, upArgs()...)
+		Expect(res.Clusters[1].Action).To(Equal(cluster.ActionHealed))
+		Expect(strings.Join(res.Clusters[1].Healed, " ")).To(ContainSubstring("started " + cp2()))
+		Expect(res.Clusters[0].Action).To(Equal(cluster.ActionReused))
+		meshctl("status", "--env", envName, "--check")
+		meshctl("check", "connectivity", "--env", envName)
+	})
+
+	It("follows a node's new address by itself, within 60 s, with no command", func() {
+		// docker network disconnect + connect gives the node another
+		// address when its old one is taken meanwhile.
+		old := nodeIP(cp2())
+		out, err := docker("network", "disconnect", cluster.KindNetwork(), cp2())
+		Expect(err).NotTo(HaveOccurred(), out)
+		squatter := envName + "-ip-squatter"
+		out, err = docker("run", "-d", "--name", squatter, "--network", cluster.KindNetwork(), "--ip", old, suite.testImage, "sleep", "600")
+		Expect(err).NotTo(HaveOccurred(), out)
+		DeferCleanup(func() { _, _ = docker("rm", "-f", squatter) })
+		out, err = docker("network", "connect", cluster.KindNetwork(), cp2())
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(nodeIP(cp2())).NotTo(Equal(old))
+
+		start := time.Now()
+		Eventually(func() error {
+			_, errOut, err := meshctlResult("check", "connectivity", "--env", envName)
+			if err != nil {
+				return &checkFailed{errOut}
+			}
+			return nil
+		}).WithTimeout(60 * time.Second).WithPolling(5 * time.Second).Should(Succeed())
+		GinkgoWriter.Printf("connectivity back %s after the address change, with no command\n", time.Since(start).Round(time.Second))
+		meshctl("status", "--env", envName, "--check")
+	})
+}
+
+type checkFailed struct{ out string }
+
+func (c *checkFailed) Error() string { return c.out }
+
+func nodeIP(node string) string {
+	GinkgoHelper()
+	out, err := docker("inspect", "--format", "{{(index .NetworkSettings.Networks \""+cluster.KindNetwork()+"\").IPAddress}}", node)
+	Expect(err).NotTo(HaveOccurred(), out)
+	return strings.TrimSpace(out)
+}
+
+// A SIGKILLed `meshctl up` (a runner killed, the OOM killer) leaves a
+// half-created kind cluster: status names it, down removes it, and an up
+// that runs instead recreates it without --recreate.
+var _ = Describe("a killed up", Ordered, func() {
+	killed := env + "-killed"
+	args := []string{"up", "--env", killed, "--clusters", "1", "--image", suite.image,
+		"--registry=false", "--install=false", "--connect=false", "--remote-secrets=false", "--cacerts=false"}
+
+	BeforeAll(func() {
+		DeferCleanup(func() {
+			if !keep() {
+				_, _, _ = meshctlResult("down", "--env", killed)
+			}
+		})
+	})
+
+	killMidCreation := func() {
+		GinkgoHelper()
+		cmd := exec.Command(suite.meshctl, append(args, "--artifacts", suite.artifacts)...)
+		Expect(cmd.Start()).To(Succeed())
+		// Killed as soon as kind has made the node container.
+		Eventually(func() string {
+			out, _ := docker("ps", "-a", "--filter", "label=io.x-k8s.kind.cluster="+killed+"-cluster1", "--format", "{{.Names}}")
+			return strings.TrimSpace(out)
+		}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).ShouldNot(BeEmpty())
+		Expect(cmd.Process.Signal(syscall.SIGKILL)).To(Succeed())
+		_ = cmd.Wait()
+	}
+
+	It("is told apart from a foreign cluster and recreated by the next up, without --recreate", func() {
+		killMidCreation()
+		var st cluster.StatusResult
+		Eventually(func() string {
+			meshctlJSON(&st, "status", "--env", killed)
+			if len(st.Clusters) == 0 {
+				return ""
+			}
+			return st.Clusters[0].State
+		}).WithTimeout(time.Minute).Should(Or(Equal(cluster.StateIncomplete), Equal(cluster.StateNotReady)))
+		var res cluster.UpResult
+		meshctlJSON(&res, args...)
+		Expect(res.Clusters[0].Action).To(Equal(cluster.ActionRecreated))
+	})
+
+	It("is removed by down", func() {
+		meshctl("down", "--env", killed)
+		killMidCreation()
+		var down cluster.DownResult
+		meshctlJSON(&down, "down", "--env", killed)
+		Expect(down.Deleted).To(ConsistOf(killed + "-cluster1"))
+		out, _ := docker("ps", "-a", "--filter", "label=io.x-k8s.kind.cluster="+killed+"-cluster1", "--format", "{{.Names}}")
+		Expect(strings.TrimSpace(out)).To(BeEmpty())
+	})
+})
+
+// agentPodDeletedSpecs: deleting the dataplane's node agent pods (the
+// meshctl-cni-node DaemonSet) — the DaemonSet brings them back, meshed pods
+// keep reaching each other and new pods enroll. Run on the install
+// container's environment.
+func agentPodDeletedSpecs(mesh func() *meshtest.Env) {
+	It("recovers when the node agent's pods are deleted", func(ctx SpecContext) {
+		m := mesh()
+		c1 := m.Clusters()[0]
+		pods, err := c1.Kube.CoreV1().Pods("istio-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=meshctl-cni-node"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(pods.Items).NotTo(BeEmpty())
+		for _, p := range pods.Items {
+			Expect(c1.Kube.CoreV1().Pods("istio-system").Delete(ctx, p.Name, metav1.DeleteOptions{})).To(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			ds, err := c1.Kube.AppsV1().DaemonSets("istio-system").Get(ctx, "meshctl-cni-node", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(ds.Status.NumberReady).To(Equal(ds.Status.DesiredNumberScheduled))
+			g.Expect(ds.Status.UpdatedNumberScheduled).To(Equal(ds.Status.DesiredNumberScheduled))
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		// New pods enroll (the CNI plugin refuses to start a pod the
+		// agent does not answer for) and reach across clusters.
+		ns := m.CreateNamespace(ctx, "agent-restart-", map[string]string{"istio.io/dataplane-mode": "ambient"})
+		echo := m.DeployEcho(ctx, ns, "after-agent")
+		Eventually(echo.In("cluster1")).WithTimeout(time.Minute).WithPolling(2 * time.Second).
+			Should(meshtest.Reach(echo.In("cluster2").PodTarget()))
+	})
+}
