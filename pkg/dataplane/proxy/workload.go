@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -31,17 +32,33 @@ type workload struct {
 
 func (p *Proxy) addWorkload(ctx context.Context, ev WorkloadEvent) error {
 	p.mu.Lock()
-	if _, ok := p.workloads[ev.UID]; ok {
-		// A re-sent pod (new snapshot after an agent restart): keep the
-		// listeners we have; the duplicate fd is not needed.
-		p.seen[ev.UID] = true
+	if old, ok := p.workloads[ev.UID]; ok {
 		p.mu.Unlock()
-		if ev.Netns != nil {
-			_ = ev.Netns.Close()
+		same, err := sameNetns(old.ns, ev.Netns)
+		if err != nil {
+			if ev.Netns != nil {
+				_ = ev.Netns.Close()
+			}
+			return fmt.Errorf("add workload %s/%s: %w", ev.Namespace, ev.Name, err)
 		}
-		return nil
+		if same {
+			// A re-sent pod (new snapshot after an agent restart): keep
+			// the listeners we have; the duplicate fd is not needed.
+			p.mu.Lock()
+			p.seen[ev.UID] = true
+			p.mu.Unlock()
+			if ev.Netns != nil {
+				_ = ev.Netns.Close()
+			}
+			return nil
+		}
+		// The pod's sandbox was recreated (same UID, new netns): the old
+		// listeners serve a namespace nothing routes to any more.
+		p.opts.log.Info("workload netns changed; rebuilding its listeners", "pod", ev.Namespace+"/"+ev.Name, "uid", ev.UID)
+		p.removeWorkload(ev.UID)
+	} else {
+		p.mu.Unlock()
 	}
-	p.mu.Unlock()
 	if ev.UID == "" || ev.Namespace == "" || ev.ServiceAccount == "" {
 		if ev.Netns != nil {
 			_ = ev.Netns.Close()
@@ -69,6 +86,19 @@ func (p *Proxy) addWorkload(ctx context.Context, ev WorkloadEvent) error {
 	p.mu.Unlock()
 	p.opts.log.Info("workload added", "pod", w.namespace+"/"+w.name, "uid", w.uid, "identity", w.id.String(), "addrs", w.addrs)
 	return nil
+}
+
+// sameNetns reports whether f refers to the namespace ns holds.
+func sameNetns(ns *podnet.Namespace, f *os.File) (bool, error) {
+	a, err := ns.ID()
+	if err != nil {
+		return false, err
+	}
+	b, err := podnet.FileID(f)
+	if err != nil {
+		return false, err
+	}
+	return a == b, nil
 }
 
 func (p *Proxy) startWorkload(ctx context.Context, w *workload) error {
