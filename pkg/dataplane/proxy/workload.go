@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -26,6 +27,7 @@ type workload struct {
 	addrs                                []netip.Addr
 	listeners                            [3]net.Listener // outbound, inbound, hbone
 	dialer                               *hbone.Dialer
+	dialSlots                            chan struct{} // semaphore: WithWorkloadLimits
 	cancel                               context.CancelFunc
 	wg                                   sync.WaitGroup
 }
@@ -67,7 +69,8 @@ func (p *Proxy) addWorkload(ctx context.Context, ev WorkloadEvent) error {
 	}
 	w := &workload{
 		uid: ev.UID, name: ev.Name, namespace: ev.Namespace, serviceAccount: ev.ServiceAccount,
-		id: identity.New(p.opts.trustDomain, ev.Namespace, ev.ServiceAccount),
+		id:        identity.New(p.opts.trustDomain, ev.Namespace, ev.ServiceAccount),
+		dialSlots: make(chan struct{}, p.opts.maxDials),
 	}
 	if ev.Netns != nil {
 		w.ns = podnet.New(ev.Netns)
@@ -110,6 +113,11 @@ func (p *Proxy) startWorkload(ctx context.Context, w *workload) error {
 	p.certs.Track(w.id, certs.Pod{Namespace: w.namespace, Name: w.name, UID: w.uid})
 
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		release, err := p.dialSlot(w)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 		return w.ns.DialContext(ctx, &net.Dialer{Control: hbone.MarkControl(p.opts.mark)}, network, addr)
 	}
 	common := append([]hbone.Option{
@@ -168,18 +176,42 @@ func (p *Proxy) certForIP(ctx context.Context, self *workload, dst netip.Addr) (
 	return p.certs.Certificate(ctx, owner.id)
 }
 
+var errTooManyDials = errors.New("too many connects in progress for this workload")
+
+// dialSlot takes one of w's connect slots, or fails at once when none is
+// free: a pod dialing a black hole gets resets, not an ever longer queue.
+func (p *Proxy) dialSlot(w *workload) (release func(), err error) {
+	select {
+	case w.dialSlots <- struct{}{}:
+		return func() { <-w.dialSlots }, nil
+	default:
+		p.dialsRefused.Inc()
+		return nil, errTooManyDials
+	}
+}
+
 func (p *Proxy) acceptLoop(ctx context.Context, w *workload, ln net.Listener, handle func(context.Context, *workload, net.Conn)) {
 	context.AfterFunc(ctx, func() { _ = ln.Close() })
 	var conns sync.WaitGroup
 	defer conns.Wait()
+	slots := make(chan struct{}, p.opts.maxConns)
 	for {
+		// Accept only with a free slot: past the cap, connections wait in
+		// the kernel's backlog instead of costing goroutines and sockets.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
 		c, err := ln.Accept()
 		if err != nil {
+			<-slots
 			return
 		}
 		conns.Add(1)
 		go func() {
 			defer conns.Done()
+			defer func() { <-slots }()
 			stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 			defer stop()
 			handle(ctx, w, c)
