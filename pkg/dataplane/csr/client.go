@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
@@ -66,7 +67,7 @@ func (c *Client) Fetch(ctx context.Context, req certs.Request) ([]byte, []byte, 
 	seconds := int32(c.ttl / time.Second)
 	obj := &certv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: fmt.Sprintf("meshctl-%s-%s-%s", req.Pod.Namespace, req.Pod.Name, hex.EncodeToString(suffix[:])),
+			Name: objectName(req.Pod.Namespace, req.Pod.Name, hex.EncodeToString(suffix[:])),
 			Annotations: map[string]string{
 				AnnotationPodNamespace: req.Pod.Namespace,
 				AnnotationPodName:      req.Pod.Name,
@@ -111,6 +112,23 @@ func (c *Client) Fetch(ctx context.Context, req certs.Request) ([]byte, []byte, 
 		case <-t.C:
 		}
 	}
+}
+
+// maxNameLen is the longest object name the API server takes (a DNS
+// subdomain).
+const maxNameLen = 253
+
+// objectName is meshctl-<namespace>-<pod>-<suffix>, the pod part cut so
+// the whole stays a valid DNS subdomain: a pod name alone may be 253
+// characters. The random suffix keeps cut names unique; the annotations,
+// not the name, say which pod the CSR is for.
+func objectName(namespace, pod, suffix string) string {
+	base := "meshctl-" + namespace + "-" + pod
+	if limit := maxNameLen - len(suffix) - 1; len(base) > limit {
+		// A cut may end a label on '.' or '-', which may not precede '-'.
+		base = strings.TrimRight(base[:limit], ".-")
+	}
+	return base + "-" + suffix
 }
 
 // splitRoots separates the self-signed roots the signer appends to the chain.
