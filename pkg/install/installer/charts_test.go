@@ -228,3 +228,45 @@ func TestShorten(t *testing.T) {
 		t.Errorf("shorten: %s", got)
 	}
 }
+
+// TestHostNetworkListenersBindTheNodeIP: the cni DaemonSet's Pods share the
+// node's network namespace, so a listener on ":port" is open on every host
+// interface. Each listen flag must name the node IP (downward API
+// status.hostIP, which is also where kubelet sends the probes).
+func TestHostNetworkListenersBindTheNodeIP(t *testing.T) {
+	t.Parallel()
+	out, err := New().Render(clusterValues(t, "cluster1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, doc := range strings.Split(out["meshctl-cni"], "\n---\n") {
+		if !strings.Contains(doc, "kind: DaemonSet") {
+			continue
+		}
+		var ds appsv1.DaemonSet
+		if err := yaml.UnmarshalStrict([]byte(strings.TrimPrefix(doc, "---\n")), &ds); err != nil {
+			t.Fatalf("DaemonSet: %v", err)
+		}
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			hostIP := false
+			for _, e := range c.Env {
+				if e.Name == "HOST_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.hostIP" {
+					hostIP = true
+				}
+			}
+			for _, a := range c.Args {
+				if !strings.HasPrefix(a, "--ready-addr=") && !strings.HasPrefix(a, "--metrics-addr=") {
+					continue
+				}
+				found++
+				if _, addr, _ := strings.Cut(a, "="); !strings.HasPrefix(addr, "[$(HOST_IP)]:") || !hostIP {
+					t.Errorf("container %s: %s listens beyond the node IP (HOST_IP from status.hostIP: %v)", c.Name, a, hostIP)
+				}
+			}
+		}
+	}
+	if found != 2 {
+		t.Errorf("%d listen flags in the cni DaemonSet, want 2 (readiness, metrics)", found)
+	}
+}
