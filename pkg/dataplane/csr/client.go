@@ -60,7 +60,7 @@ func NewClient(cs kubernetes.Interface, opts ...Option) *Client {
 }
 
 // Fetch creates a CSR for req, waits until it is issued, denied or failed (or
-// ctx ends), deletes it, and returns the chain and the mesh roots.
+// ctx ends), and returns the chain and the mesh roots.
 func (c *Client) Fetch(ctx context.Context, req certs.Request) ([]byte, []byte, error) {
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
@@ -87,10 +87,8 @@ func (c *Client) Fetch(ctx context.Context, req certs.Request) ([]byte, []byte, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("create CSR for %s: %w", req.Identity, err)
 	}
-	// The CSR is only a vehicle; leaving it would pile up one per refresh.
-	defer func() {
-		_ = csrs.Delete(context.WithoutCancel(ctx), created.Name, metav1.DeleteOptions{})
-	}()
+	// The signer deletes the CSR once finished: the proxy's RBAC has no
+	// delete, which it could not be given for its own CSRs only.
 	t := time.NewTicker(c.interval)
 	defer t.Stop()
 	for {

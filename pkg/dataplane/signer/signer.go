@@ -38,6 +38,7 @@ type Signer struct {
 	autoApprove bool
 	now         func() time.Time
 	log         *slog.Logger
+	cleanup     time.Duration // finished CSRs are deleted this long after they finish
 	retries     int           // attempts at a CSR whose pod lookup failed transiently
 	retryBase   time.Duration // first backoff; doubled per attempt
 }
@@ -68,6 +69,17 @@ func WithMaxTTL(d time.Duration) Option { return func(s *Signer) { s.maxTTL = d 
 // does for its own signer; without it, CSRs wait for another approver.
 func WithAutoApprove(b bool) Option { return func(s *Signer) { s.autoApprove = b } }
 
+// DefaultCleanupAfter is how long a finished CSR is kept for the proxy to
+// read its certificate (it polls every 250 ms) before the signer deletes it.
+const DefaultCleanupAfter = 2 * time.Minute
+
+// WithCleanupAfter sets how long after it was issued, denied or failed the
+// signer deletes a CSR of its signer name. The signer deletes them, not the
+// proxy: the proxy's RBAC then needs no delete on CSRs, which RBAC cannot
+// narrow to the proxy's own (generated names), so a compromised node could
+// otherwise delete every CSR in the cluster.
+func WithCleanupAfter(d time.Duration) Option { return func(s *Signer) { s.cleanup = d } }
+
 // WithClock sets the time source for validity periods.
 func WithClock(now func() time.Time) Option { return func(s *Signer) { s.now = now } }
 
@@ -78,7 +90,8 @@ func WithLogger(l *slog.Logger) Option { return func(s *Signer) { s.log = l } }
 func New(cs kubernetes.Interface, c *ca.CA, opts ...Option) *Signer {
 	s := &Signer{cs: cs, ca: c, signerName: csr.SignerName, trustDomain: "cluster.local",
 		proxyUsers: map[string]bool{}, maxTTL: 24 * time.Hour, autoApprove: true,
-		now: time.Now, log: slog.New(slog.DiscardHandler), retries: 10, retryBase: 500 * time.Millisecond}
+		now: time.Now, log: slog.New(slog.DiscardHandler), cleanup: DefaultCleanupAfter,
+		retries: 10, retryBase: 500 * time.Millisecond}
 	for _, o := range opts {
 		o(s)
 	}
@@ -157,9 +170,11 @@ func (s *Signer) Reconcile(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("get CSR %s: %w", name, err)
 	}
-	if obj.Spec.SignerName != s.signerName || len(obj.Status.Certificate) > 0 ||
-		hasCondition(obj, certv1.CertificateDenied) || hasCondition(obj, certv1.CertificateFailed) {
+	if obj.Spec.SignerName != s.signerName {
 		return nil
+	}
+	if len(obj.Status.Certificate) > 0 || hasCondition(obj, certv1.CertificateDenied) || hasCondition(obj, certv1.CertificateFailed) {
+		return s.collect(ctx, obj)
 	}
 	uri, authErr := s.authorize(ctx, obj)
 	if errors.Is(authErr, errTransient) {
@@ -205,6 +220,32 @@ func (s *Signer) Reconcile(ctx context.Context, name string) error {
 		return fmt.Errorf("store certificate of CSR %s: %w", name, err)
 	}
 	s.log.Info("signed workload certificate", "csr", name, "identity", uri.String(), "node", obj.Spec.Extra[NodeNameExtra])
+	return nil
+}
+
+// collect deletes a finished CSR once the proxy has had time to read it,
+// and otherwise comes back to it then.
+func (s *Signer) collect(ctx context.Context, obj *certv1.CertificateSigningRequest) error {
+	finished := obj.CreationTimestamp.Time
+	for _, c := range obj.Status.Conditions {
+		if c.LastUpdateTime.After(finished) {
+			finished = c.LastUpdateTime.Time
+		}
+	}
+	if wait := finished.Add(s.cleanup).Sub(s.now()); wait > 0 {
+		name := obj.Name
+		time.AfterFunc(wait, func() {
+			if ctx.Err() == nil {
+				s.reconcileLogged(ctx, &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: name}})
+			}
+		})
+		return nil
+	}
+	uid := obj.UID
+	err := s.cs.CertificatesV1().CertificateSigningRequests().Delete(ctx, obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete finished CSR %s: %w", obj.Name, err)
+	}
 	return nil
 }
 

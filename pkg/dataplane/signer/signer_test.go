@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,7 +87,8 @@ func TestOnlyThePodsNodeGetsItsIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	api := newAPIServer(pod("default", "app", "uid-app", "app-sa", "node-1"))
-	s := New(api, c, WithProxyUsers(proxyUser))
+	var skew atomic.Int64 // the signer's clock runs ahead by this much
+	s := New(api, c, WithProxyUsers(proxyUser), WithClock(func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
@@ -141,10 +143,27 @@ func TestOnlyThePodsNodeGetsItsIdentity(t *testing.T) {
 			t.Errorf("%s: %v; want Denied with %q", tc.name, err, tc.want)
 		}
 	}
-	// The client deletes its CSRs, issued or not.
-	list, err := api.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
-	if err != nil || len(list.Items) != 0 {
-		t.Errorf("%d CSRs left behind (%v)", len(list.Items), err)
+	// The proxy deletes nothing (its RBAC has no delete): the signer
+	// deletes finished CSRs, issued or not, once the proxy has had
+	// DefaultCleanupAfter to read them.
+	csrs := api.CertificatesV1().CertificateSigningRequests()
+	list, err := csrs.List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 7 {
+		t.Fatalf("%d CSRs right after they finished (%v), want all 7", len(list.Items), err)
+	}
+	for _, a := range api.Actions() {
+		if a.GetVerb() == "delete" {
+			t.Fatalf("a CSR was deleted before the cleanup delay: %v", a)
+		}
+	}
+	skew.Store(int64(DefaultCleanupAfter + time.Minute))
+	for _, o := range list.Items {
+		if err := s.Reconcile(ctx, o.Name); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("reconcile %s: %v", o.Name, err)
+		}
+	}
+	if list, err := csrs.List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 0 {
+		t.Errorf("%d CSRs left behind after the cleanup delay (%v)", len(list.Items), err)
 	}
 }
 

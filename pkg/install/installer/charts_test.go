@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
@@ -268,5 +270,35 @@ func TestHostNetworkListenersBindTheNodeIP(t *testing.T) {
 	}
 	if found != 2 {
 		t.Errorf("%d listen flags in the cni DaemonSet, want 2 (readiness, metrics)", found)
+	}
+}
+
+// TestProxyCannotDeleteCSRs: the node proxy's ClusterRole may create CSRs
+// and read them, nothing more (RBAC cannot narrow a verb to the proxy's own
+// generated names, so delete would reach every CSR in the cluster); the
+// signer, which deletes finished CSRs, holds delete.
+func TestProxyCannotDeleteCSRs(t *testing.T) {
+	t.Parallel()
+	out, err := New().Render(clusterValues(t, "cluster1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verbs := map[string]string{}
+	for _, doc := range strings.Split(out["meshctl-dataplane"], "\n---\n") {
+		var role rbacv1.ClusterRole
+		if err := yaml.Unmarshal([]byte(strings.TrimPrefix(doc, "---\n")), &role); err != nil || role.Kind != "ClusterRole" {
+			continue
+		}
+		for _, r := range role.Rules {
+			if slices.Contains(r.Resources, "certificatesigningrequests") {
+				verbs[role.Name] = strings.Join(r.Verbs, ",")
+			}
+		}
+	}
+	if got := verbs["meshctl-proxy"]; got != "create,get" {
+		t.Errorf("proxy's verbs on CSRs: %q, want create,get", got)
+	}
+	if got := verbs["meshctl-signer"]; !strings.Contains(got, "delete") {
+		t.Errorf("signer's verbs on CSRs: %q, want delete among them", got)
 	}
 }
