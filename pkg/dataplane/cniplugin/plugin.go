@@ -2,6 +2,7 @@ package cniplugin
 
 import (
 	"context"
+	"os"
 	"slices"
 	"time"
 
@@ -43,6 +44,13 @@ func New(opts ...Option) *Plugin {
 // friends in the environment, config on stdin) and exits on error, as
 // skel does. The meshctl binary calls it when started as meshctl-cni.
 func Main() {
+	if os.Getenv("CNI_COMMAND") == "DEL" {
+		// Before skel, which refuses a DEL whose stdin it cannot decode
+		// or whose version it does not speak: a failing DEL keeps the
+		// runtime from ever freeing the sandbox, and there is nothing to
+		// undo (see Del).
+		return
+	}
 	p := New()
 	skel.PluginMainFuncs(skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check},
 		version.PluginSupports(SupportedVersions...), "meshctl CNI plugin (Istio ambient compatible)")
@@ -73,19 +81,23 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *config) error {
 	if ns == "" || name == "" || slices.Contains(conf.ExcludeNamespaces, ns) {
 		return nil // not a Kubernetes pod, or one we never touch
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
-	defer cancel()
 	if conf.Kubernetes.Kubeconfig != "" {
-		pod, namespace, err := lookupPod(ctx, conf.Kubernetes.Kubeconfig, ns, name)
-		if err != nil {
-			return types.NewError(types.ErrTryAgainLater, "looking up pod", err.Error())
-		}
-		if !enroll.Meshed(pod, namespace, conf.ExcludeNamespaces) {
+		lctx, lcancel := context.WithTimeout(context.Background(), p.timeout/2)
+		pod, namespace, err := lookupPod(lctx, conf.Kubernetes.Kubeconfig, ns, name)
+		lcancel()
+		if err == nil && !enroll.Meshed(pod, namespace, conf.ExcludeNamespaces) {
 			return nil
 		}
+		// With the API server unreachable (or refusing) the agent decides
+		// from its informer cache, which already holds the pod once it is
+		// bound to this node: pods outside the mesh still start. A pod
+		// neither can place fails and is retried by the kubelet, so a
+		// meshed pod never starts without its redirection.
 	}
 	// Without a kubeconfig the agent, which watches every pod on the node,
 	// makes the decision and answers at once for pods it does not mesh.
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
 	if err := netnsExists(args.Netns); err != nil {
 		return err
 	}

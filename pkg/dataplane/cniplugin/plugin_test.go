@@ -345,3 +345,49 @@ func TestIntegrationPluginAsksAgentInRealNetns(t *testing.T) {
 		}
 	}
 }
+
+// TestPluginDelSucceedsWhateverStdin: DEL must free the sandbox even when
+// stdin is not JSON, is empty, or names a version the plugin does not
+// speak (skel itself refuses those before the plugin's Del runs).
+func TestPluginDelSucceedsWhateverStdin(t *testing.T) {
+	t.Parallel()
+	for _, stdin := range []string{`{"cniVersion":"1.0.0",`, "", "garbage", `{"cniVersion":"9.9.9","name":"n","type":"meshctl-cni"}`} {
+		if r := invoke(t, "DEL", "", podArgs("app", "web"), stdin); r.code != 0 || r.stdout != "" {
+			t.Errorf("DEL with stdin %q: exit %d, stdout %q", stdin, r.code, r.stdout)
+		}
+	}
+}
+
+// TestPluginAsksAgentWhenAPIServerIsDown: the plugin's kubeconfig points
+// at an API server that refuses connections. The agent (deciding from its
+// informer cache) answers, and its answer is the plugin's: a pod it calls
+// unmeshed starts; a pod it cannot place does not.
+func TestPluginAsksAgentWhenAPIServerIsDown(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	body := fmt.Sprintf(`{"apiVersion":"v1","kind":"Config","clusters":[{"name":"c","cluster":{"server":"http://%s"}}],
+"users":[{"name":"u","user":{"token":"t"}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}],"current-context":"x"}`, dead)
+	if err := os.WriteFile(kc, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	netns := placeholderNetns(t)
+	agent := startAgent(t)
+	r := invoke(t, "ADD", netns, podArgs("app", "web"), conf("1.0.0", agent.socket, kc, true))
+	checkPassedThrough(t, r, "1.0.0")
+	agent.mu.Lock()
+	n := len(agent.events)
+	agent.status = http.StatusInternalServerError
+	agent.mu.Unlock()
+	if n != 1 {
+		t.Errorf("agent asked %d times, want 1", n)
+	}
+	if r := invoke(t, "ADD", netns, podArgs("app", "web"), conf("1.0.0", agent.socket, kc, true)); r.code == 0 {
+		t.Error("ADD succeeded although neither the API server nor the agent could place the pod")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
@@ -59,14 +60,14 @@ func NewClient(cs kubernetes.Interface, opts ...Option) *Client {
 }
 
 // Fetch creates a CSR for req, waits until it is issued, denied or failed (or
-// ctx ends), deletes it, and returns the chain and the mesh roots.
+// ctx ends), and returns the chain and the mesh roots.
 func (c *Client) Fetch(ctx context.Context, req certs.Request) ([]byte, []byte, error) {
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
 	seconds := int32(c.ttl / time.Second)
 	obj := &certv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: fmt.Sprintf("meshctl-%s-%s-%s", req.Pod.Namespace, req.Pod.Name, hex.EncodeToString(suffix[:])),
+			Name: objectName(req.Pod.Namespace, req.Pod.Name, hex.EncodeToString(suffix[:])),
 			Annotations: map[string]string{
 				AnnotationPodNamespace: req.Pod.Namespace,
 				AnnotationPodName:      req.Pod.Name,
@@ -86,10 +87,8 @@ func (c *Client) Fetch(ctx context.Context, req certs.Request) ([]byte, []byte, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("create CSR for %s: %w", req.Identity, err)
 	}
-	// The CSR is only a vehicle; leaving it would pile up one per refresh.
-	defer func() {
-		_ = csrs.Delete(context.WithoutCancel(ctx), created.Name, metav1.DeleteOptions{})
-	}()
+	// The signer deletes the CSR once finished: the proxy's RBAC has no
+	// delete, which it could not be given for its own CSRs only.
 	t := time.NewTicker(c.interval)
 	defer t.Stop()
 	for {
@@ -111,6 +110,23 @@ func (c *Client) Fetch(ctx context.Context, req certs.Request) ([]byte, []byte, 
 		case <-t.C:
 		}
 	}
+}
+
+// maxNameLen is the longest object name the API server takes (a DNS
+// subdomain).
+const maxNameLen = 253
+
+// objectName is meshctl-<namespace>-<pod>-<suffix>, the pod part cut so
+// the whole stays a valid DNS subdomain: a pod name alone may be 253
+// characters. The random suffix keeps cut names unique; the annotations,
+// not the name, say which pod the CSR is for.
+func objectName(namespace, pod, suffix string) string {
+	base := "meshctl-" + namespace + "-" + pod
+	if limit := maxNameLen - len(suffix) - 1; len(base) > limit {
+		// A cut may end a label on '.' or '-', which may not precede '-'.
+		base = strings.TrimRight(base[:limit], ".-")
+	}
+	return base + "-" + suffix
 }
 
 // splitRoots separates the self-signed roots the signer appends to the chain.

@@ -4,11 +4,18 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
 )
 
 // TestIntegrationListenInNetns creates a network namespace, opens a listener
@@ -85,4 +92,110 @@ func TestIntegrationListenInNetns(t *testing.T) {
 			t.Fatal("host namespace sees the pod address: the thread was not restored")
 		}
 	}
+}
+
+// TestIntegrationPendingDialsHoldNoThreads dials, from a namespace, an
+// address that never answers many times at once, and counts the process's
+// OS threads while every dial waits for its handshake. A dial that waits on
+// a thread locked into the namespace costs one thread per dial, and at
+// 10,000 the runtime aborts the process; waiting in the netpoller costs none.
+func TestIntegrationPendingDialsHoldNoThreads(t *testing.T) {
+	netnstest.Require(t)
+	f, peer := netnstest.New(t), netnstest.New(t)
+	if err := netnstest.Veth(f, "eth0", netip.MustParsePrefix("10.202.0.1/24"), peer, "eth0", netip.MustParsePrefix("10.202.0.3/24")); err != nil {
+		t.Fatal(err)
+	}
+	// The black hole: 10.202.0.2 resolves to a MAC nobody has, so the
+	// peer drops every SYN and no answer ever comes.
+	err := netnstest.Do(f, func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		mac, _ := net.ParseMAC("02:00:00:00:02:02")
+		return netlink.NeighAdd(&netlink.Neigh{LinkIndex: l.Attrs().Index, State: netlink.NUD_PERMANENT,
+			IP: net.ParseIP("10.202.0.2"), HardwareAddr: mac})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := New(os.NewFile(uintptr(fd), "netns"))
+	defer ns.Close()
+
+	before := threads(t)
+	const dials = 500
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, dials)
+	for range dials {
+		go func() {
+			c, err := ns.DialContext(ctx, &net.Dialer{}, "tcp", "10.202.0.2:80")
+			if err == nil {
+				c.Close()
+			}
+			errs <- err
+		}()
+	}
+	for synSent(t, f) < dials {
+		time.Sleep(10 * time.Millisecond)
+	}
+	during := threads(t)
+	cancel()
+	for range dials {
+		if err := <-errs; err == nil {
+			t.Fatal("a dial to the black hole connected")
+		}
+	}
+	t.Logf("OS threads: %d before, %d with %d dials pending", before, during, dials)
+	// Locking threads briefly for socket(2) may add a few (the runtime
+	// keeps idle threads), never one per pending dial.
+	if during-before > dials/5 {
+		t.Fatalf("OS threads grew from %d to %d with %d pending dials: each dial holds a thread", before, during, dials)
+	}
+}
+
+// threads is the process's OS thread count.
+func threads(t *testing.T) int {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no Threads line in /proc/self/status")
+	return 0
+}
+
+// synSent counts the TCP sockets of netns f in SYN_SENT.
+func synSent(t *testing.T, f *os.File) int {
+	t.Helper()
+	n := 0
+	err := netnstest.Do(f, func() error {
+		data, err := os.ReadFile("/proc/thread-self/net/tcp")
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(data), "\n")[1:] {
+			if fs := strings.Fields(l); len(fs) > 3 && fs[3] == "02" {
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

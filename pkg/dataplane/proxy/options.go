@@ -19,6 +19,15 @@ const (
 	PortReadiness = 15021
 )
 
+// Per-workload limits (WithWorkloadLimits). A connect costs the proxy a
+// socket and a goroutine until the peer answers (up to the 10 s dial
+// timeout): one pod dialing a black hole must not take the node's proxy
+// down with it.
+const (
+	DefaultMaxDials = 256
+	DefaultMaxConns = 4096
+)
+
 // Route is where an outbound connection goes over HBONE.
 type Route struct {
 	Gateway  netip.AddrPort    // destination ip:15008, or an east-west gateway
@@ -45,6 +54,9 @@ type options struct {
 	// preserveSource: deliver inbound connections from the client's address.
 	preserveSource bool
 	setTransparent func(fd int, v6 bool) error // tests replace it to take the capability away
+	// Per workload: connects in progress, and captured connections being
+	// served on each of 15001 and 15006.
+	maxDials, maxConns int
 }
 
 func defaults() options {
@@ -57,6 +69,8 @@ func defaults() options {
 		mark:           hbone.DefaultMark,
 		preserveSource: true,
 		setTransparent: setTransparent,
+		maxDials:       DefaultMaxDials,
+		maxConns:       DefaultMaxConns,
 		log:            slog.New(slog.DiscardHandler),
 	}
 }
@@ -112,4 +126,22 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // WithHBONEOptions passes options to every HBONE dialer and server.
 func WithHBONEOptions(opts ...hbone.Option) Option {
 	return func(o *options) { o.hboneOptions = append(o.hboneOptions, opts...) }
+}
+
+// WithWorkloadLimits caps, per workload, the connects in progress (over
+// the cap a dial fails at once and the client sees a reset; counted in
+// meshctl_proxy_dials_refused_total) and the captured connections served
+// at once on each of 15001 and 15006 (over it the proxy stops accepting on
+// that port until one ends; the kernel's backlog holds the rest). 15008's
+// limits are the HBONE server's own. Zero or less keeps
+// the default.
+func WithWorkloadLimits(dials, conns int) Option {
+	return func(o *options) {
+		if dials > 0 {
+			o.maxDials = dials
+		}
+		if conns > 0 {
+			o.maxConns = conns
+		}
+	}
 }

@@ -30,6 +30,7 @@ type Proxy struct {
 	ready    atomic.Bool
 
 	fallbacks     prometheus.Counter
+	dialsRefused  prometheus.Counter
 	noTransparent atomic.Bool // IP_TRANSPARENT found not permitted
 
 	mu        sync.Mutex
@@ -56,7 +57,9 @@ func New(opts ...Option) (*Proxy, error) {
 	p.wlGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "meshctl_proxy_workloads", Help: "Pods the proxy serves."})
 	p.fallbacks = prometheus.NewCounter(prometheus.CounterOpts{Name: "meshctl_proxy_source_preservation_fallbacks_total",
 		Help: "Inbound connections delivered from the proxy's address instead of the client's, because IP_TRANSPARENT is not permitted."})
-	p.reg.MustRegister(p.fallbacks, p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.dialsRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "meshctl_proxy_dials_refused_total",
+		Help: "Dials not attempted because the workload already had its maximum of connects in progress."})
+	p.reg.MustRegister(p.dialsRefused, p.fallbacks, p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return p, nil
 }
 

@@ -38,6 +38,11 @@ func setTransparent(fd int, v6 bool) error {
 // dialUpstream connects to dst inside w's netns for a connection that came
 // from src, preserving src when it can.
 func (p *Proxy) dialUpstream(ctx context.Context, w *workload, src netip.Addr, dst netip.AddrPort) (net.Conn, error) {
+	release, err := p.dialSlot(w)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	src, dst = src.Unmap(), netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	if p.preserves(w, src, dst) {
 		c, err := w.ns.DialContext(ctx, p.transparentDialer(src), network(dst), dst.String())

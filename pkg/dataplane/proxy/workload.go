@@ -3,10 +3,12 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -25,23 +27,40 @@ type workload struct {
 	addrs                                []netip.Addr
 	listeners                            [3]net.Listener // outbound, inbound, hbone
 	dialer                               *hbone.Dialer
+	dialSlots                            chan struct{} // semaphore: WithWorkloadLimits
 	cancel                               context.CancelFunc
 	wg                                   sync.WaitGroup
 }
 
 func (p *Proxy) addWorkload(ctx context.Context, ev WorkloadEvent) error {
 	p.mu.Lock()
-	if _, ok := p.workloads[ev.UID]; ok {
-		// A re-sent pod (new snapshot after an agent restart): keep the
-		// listeners we have; the duplicate fd is not needed.
-		p.seen[ev.UID] = true
+	if old, ok := p.workloads[ev.UID]; ok {
 		p.mu.Unlock()
-		if ev.Netns != nil {
-			_ = ev.Netns.Close()
+		same, err := sameNetns(old.ns, ev.Netns)
+		if err != nil {
+			if ev.Netns != nil {
+				_ = ev.Netns.Close()
+			}
+			return fmt.Errorf("add workload %s/%s: %w", ev.Namespace, ev.Name, err)
 		}
-		return nil
+		if same {
+			// A re-sent pod (new snapshot after an agent restart): keep
+			// the listeners we have; the duplicate fd is not needed.
+			p.mu.Lock()
+			p.seen[ev.UID] = true
+			p.mu.Unlock()
+			if ev.Netns != nil {
+				_ = ev.Netns.Close()
+			}
+			return nil
+		}
+		// The pod's sandbox was recreated (same UID, new netns): the old
+		// listeners serve a namespace nothing routes to any more.
+		p.opts.log.Info("workload netns changed; rebuilding its listeners", "pod", ev.Namespace+"/"+ev.Name, "uid", ev.UID)
+		p.removeWorkload(ev.UID)
+	} else {
+		p.mu.Unlock()
 	}
-	p.mu.Unlock()
 	if ev.UID == "" || ev.Namespace == "" || ev.ServiceAccount == "" {
 		if ev.Netns != nil {
 			_ = ev.Netns.Close()
@@ -50,7 +69,8 @@ func (p *Proxy) addWorkload(ctx context.Context, ev WorkloadEvent) error {
 	}
 	w := &workload{
 		uid: ev.UID, name: ev.Name, namespace: ev.Namespace, serviceAccount: ev.ServiceAccount,
-		id: identity.New(p.opts.trustDomain, ev.Namespace, ev.ServiceAccount),
+		id:        identity.New(p.opts.trustDomain, ev.Namespace, ev.ServiceAccount),
+		dialSlots: make(chan struct{}, p.opts.maxDials),
 	}
 	if ev.Netns != nil {
 		w.ns = podnet.New(ev.Netns)
@@ -71,6 +91,19 @@ func (p *Proxy) addWorkload(ctx context.Context, ev WorkloadEvent) error {
 	return nil
 }
 
+// sameNetns reports whether f refers to the namespace ns holds.
+func sameNetns(ns *podnet.Namespace, f *os.File) (bool, error) {
+	a, err := ns.ID()
+	if err != nil {
+		return false, err
+	}
+	b, err := podnet.FileID(f)
+	if err != nil {
+		return false, err
+	}
+	return a == b, nil
+}
+
 func (p *Proxy) startWorkload(ctx context.Context, w *workload) error {
 	addrs, err := w.ns.Addrs()
 	if err != nil {
@@ -80,6 +113,11 @@ func (p *Proxy) startWorkload(ctx context.Context, w *workload) error {
 	p.certs.Track(w.id, certs.Pod{Namespace: w.namespace, Name: w.name, UID: w.uid})
 
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		release, err := p.dialSlot(w)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 		return w.ns.DialContext(ctx, &net.Dialer{Control: hbone.MarkControl(p.opts.mark)}, network, addr)
 	}
 	common := append([]hbone.Option{
@@ -138,18 +176,42 @@ func (p *Proxy) certForIP(ctx context.Context, self *workload, dst netip.Addr) (
 	return p.certs.Certificate(ctx, owner.id)
 }
 
+var errTooManyDials = errors.New("too many connects in progress for this workload")
+
+// dialSlot takes one of w's connect slots, or fails at once when none is
+// free: a pod dialing a black hole gets resets, not an ever longer queue.
+func (p *Proxy) dialSlot(w *workload) (release func(), err error) {
+	select {
+	case w.dialSlots <- struct{}{}:
+		return func() { <-w.dialSlots }, nil
+	default:
+		p.dialsRefused.Inc()
+		return nil, errTooManyDials
+	}
+}
+
 func (p *Proxy) acceptLoop(ctx context.Context, w *workload, ln net.Listener, handle func(context.Context, *workload, net.Conn)) {
 	context.AfterFunc(ctx, func() { _ = ln.Close() })
 	var conns sync.WaitGroup
 	defer conns.Wait()
+	slots := make(chan struct{}, p.opts.maxConns)
 	for {
+		// Accept only with a free slot: past the cap, connections wait in
+		// the kernel's backlog instead of costing goroutines and sockets.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
 		c, err := ln.Accept()
 		if err != nil {
+			<-slots
 			return
 		}
 		conns.Add(1)
 		go func() {
 			defer conns.Done()
+			defer func() { <-slots }()
 			stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 			defer stop()
 			handle(ctx, w, c)

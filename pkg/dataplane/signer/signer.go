@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
@@ -19,6 +20,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/csr"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 )
 
 // NodeNameExtra is the user-info extra key in which the API server records
@@ -36,6 +38,9 @@ type Signer struct {
 	autoApprove bool
 	now         func() time.Time
 	log         *slog.Logger
+	cleanup     time.Duration // finished CSRs are deleted this long after they finish
+	retries     int           // attempts at a CSR whose pod lookup failed transiently
+	retryBase   time.Duration // first backoff; doubled per attempt
 }
 
 // Option configures a Signer.
@@ -64,6 +69,17 @@ func WithMaxTTL(d time.Duration) Option { return func(s *Signer) { s.maxTTL = d 
 // does for its own signer; without it, CSRs wait for another approver.
 func WithAutoApprove(b bool) Option { return func(s *Signer) { s.autoApprove = b } }
 
+// DefaultCleanupAfter is how long a finished CSR is kept for the proxy to
+// read its certificate (it polls every 250 ms) before the signer deletes it.
+const DefaultCleanupAfter = 2 * time.Minute
+
+// WithCleanupAfter sets how long after it was issued, denied or failed the
+// signer deletes a CSR of its signer name. The signer deletes them, not the
+// proxy: the proxy's RBAC then needs no delete on CSRs, which RBAC cannot
+// narrow to the proxy's own (generated names), so a compromised node could
+// otherwise delete every CSR in the cluster.
+func WithCleanupAfter(d time.Duration) Option { return func(s *Signer) { s.cleanup = d } }
+
 // WithClock sets the time source for validity periods.
 func WithClock(now func() time.Time) Option { return func(s *Signer) { s.now = now } }
 
@@ -74,7 +90,8 @@ func WithLogger(l *slog.Logger) Option { return func(s *Signer) { s.log = l } }
 func New(cs kubernetes.Interface, c *ca.CA, opts ...Option) *Signer {
 	s := &Signer{cs: cs, ca: c, signerName: csr.SignerName, trustDomain: "cluster.local",
 		proxyUsers: map[string]bool{}, maxTTL: 24 * time.Hour, autoApprove: true,
-		now: time.Now, log: slog.New(slog.DiscardHandler)}
+		now: time.Now, log: slog.New(slog.DiscardHandler), cleanup: DefaultCleanupAfter,
+		retries: 10, retryBase: 500 * time.Millisecond}
 	for _, o := range opts {
 		o(s)
 	}
@@ -122,9 +139,27 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 func (s *Signer) reconcileLogged(ctx context.Context, obj *certv1.CertificateSigningRequest) {
-	if err := s.Reconcile(ctx, obj.Name); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		s.log.Warn("reconcile CSR", "csr", obj.Name, "err", err)
+	s.reconcileRetry(ctx, obj.Name, 0)
+}
+
+// reconcileRetry reconciles name and, when the answer was "cannot decide
+// yet" (the API server throttled or failed the pod lookup), tries again
+// with backoff: no watch event may come for the CSR again.
+func (s *Signer) reconcileRetry(ctx context.Context, name string, attempt int) {
+	err := s.Reconcile(ctx, name)
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return
 	}
+	s.log.Warn("reconcile CSR", "csr", name, "err", err, "attempt", attempt+1)
+	if !errors.Is(err, errTransient) || attempt+1 >= s.retries {
+		return
+	}
+	backoff := min(s.retryBase<<attempt, 30*time.Second)
+	time.AfterFunc(backoff, func() {
+		if ctx.Err() == nil {
+			s.reconcileRetry(ctx, name, attempt+1)
+		}
+	})
 }
 
 // Reconcile handles one CSR by name: approve or deny it (with auto-approve),
@@ -135,11 +170,16 @@ func (s *Signer) Reconcile(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("get CSR %s: %w", name, err)
 	}
-	if obj.Spec.SignerName != s.signerName || len(obj.Status.Certificate) > 0 ||
-		hasCondition(obj, certv1.CertificateDenied) || hasCondition(obj, certv1.CertificateFailed) {
+	if obj.Spec.SignerName != s.signerName {
 		return nil
 	}
+	if len(obj.Status.Certificate) > 0 || hasCondition(obj, certv1.CertificateDenied) || hasCondition(obj, certv1.CertificateFailed) {
+		return s.collect(ctx, obj)
+	}
 	uri, authErr := s.authorize(ctx, obj)
+	if errors.Is(authErr, errTransient) {
+		return authErr
+	}
 	if !hasCondition(obj, certv1.CertificateApproved) {
 		if !s.autoApprove {
 			return nil
@@ -183,6 +223,32 @@ func (s *Signer) Reconcile(ctx context.Context, name string) error {
 	return nil
 }
 
+// collect deletes a finished CSR once the proxy has had time to read it,
+// and otherwise comes back to it then.
+func (s *Signer) collect(ctx context.Context, obj *certv1.CertificateSigningRequest) error {
+	finished := obj.CreationTimestamp.Time
+	for _, c := range obj.Status.Conditions {
+		if c.LastUpdateTime.After(finished) {
+			finished = c.LastUpdateTime.Time
+		}
+	}
+	if wait := finished.Add(s.cleanup).Sub(s.now()); wait > 0 {
+		name := obj.Name
+		time.AfterFunc(wait, func() {
+			if ctx.Err() == nil {
+				s.reconcileLogged(ctx, &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: name}})
+			}
+		})
+		return nil
+	}
+	uid := obj.UID
+	err := s.cs.CertificatesV1().CertificateSigningRequests().Delete(ctx, obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete finished CSR %s: %w", obj.Name, err)
+	}
+	return nil
+}
+
 func (s *Signer) fail(ctx context.Context, obj *certv1.CertificateSigningRequest, reason string, cause error) error {
 	obj.Status.Conditions = append(obj.Status.Conditions, certv1.CertificateSigningRequestCondition{
 		Type: certv1.CertificateFailed, Status: corev1.ConditionTrue, Reason: reason, Message: cause.Error(),
@@ -195,7 +261,10 @@ func (s *Signer) fail(ctx context.Context, obj *certv1.CertificateSigningRequest
 	return nil
 }
 
-var errNotAllowed = errors.New("not allowed")
+var (
+	errNotAllowed = errors.New("not allowed")
+	errTransient  = errors.New("cannot decide yet")
+)
 
 // authorize applies the node rule and returns the identity to issue.
 func (s *Signer) authorize(ctx context.Context, obj *certv1.CertificateSigningRequest) (*urlT, error) {
@@ -211,8 +280,22 @@ func (s *Signer) authorize(ctx context.Context, obj *certv1.CertificateSigningRe
 		return nil, fmt.Errorf("%w: the CSR does not name a pod", errNotAllowed)
 	}
 	pod, err := s.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
+	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("%w: pod %s/%s: %w", errNotAllowed, ns, name, err)
+	}
+	if err != nil {
+		// Throttled, timed out, API server restarting: no answer about
+		// the pod yet, so no verdict either; Reconcile is retried.
+		return nil, fmt.Errorf("%w: pod %s/%s: %w", errTransient, ns, name, err)
+	}
+	switch {
+	case pod.Spec.HostNetwork:
+		// It shares the node's network namespace: the proxy never serves it.
+		return nil, fmt.Errorf("%w: pod %s/%s uses the host network", errNotAllowed, ns, name)
+	case slices.Contains(ambient.DefaultExcludedNamespaces, ns):
+		return nil, fmt.Errorf("%w: namespace %s is never meshed", errNotAllowed, ns)
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		return nil, fmt.Errorf("%w: pod %s/%s has finished (%s)", errNotAllowed, ns, name, pod.Status.Phase)
 	}
 	if string(pod.UID) != uid {
 		return nil, fmt.Errorf("%w: pod %s/%s has UID %s, not %s", errNotAllowed, ns, name, pod.UID, uid)

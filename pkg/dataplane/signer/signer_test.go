@@ -10,11 +10,13 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -85,7 +87,8 @@ func TestOnlyThePodsNodeGetsItsIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	api := newAPIServer(pod("default", "app", "uid-app", "app-sa", "node-1"))
-	s := New(api, c, WithProxyUsers(proxyUser))
+	var skew atomic.Int64 // the signer's clock runs ahead by this much
+	s := New(api, c, WithProxyUsers(proxyUser), WithClock(func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
@@ -140,10 +143,27 @@ func TestOnlyThePodsNodeGetsItsIdentity(t *testing.T) {
 			t.Errorf("%s: %v; want Denied with %q", tc.name, err, tc.want)
 		}
 	}
-	// The client deletes its CSRs, issued or not.
-	list, err := api.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
-	if err != nil || len(list.Items) != 0 {
-		t.Errorf("%d CSRs left behind (%v)", len(list.Items), err)
+	// The proxy deletes nothing (its RBAC has no delete): the signer
+	// deletes finished CSRs, issued or not, once the proxy has had
+	// DefaultCleanupAfter to read them.
+	csrs := api.CertificatesV1().CertificateSigningRequests()
+	list, err := csrs.List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 7 {
+		t.Fatalf("%d CSRs right after they finished (%v), want all 7", len(list.Items), err)
+	}
+	for _, a := range api.Actions() {
+		if a.GetVerb() == "delete" {
+			t.Fatalf("a CSR was deleted before the cleanup delay: %v", a)
+		}
+	}
+	skew.Store(int64(DefaultCleanupAfter + time.Minute))
+	for _, o := range list.Items {
+		if err := s.Reconcile(ctx, o.Name); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("reconcile %s: %v", o.Name, err)
+		}
+	}
+	if list, err := csrs.List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 0 {
+		t.Errorf("%d CSRs left behind after the cleanup delay (%v)", len(list.Items), err)
 	}
 }
 
@@ -222,5 +242,87 @@ func TestApprovalByOthersCannotBypassTheNodeRule(t *testing.T) {
 	}
 	if obj := get("kubelet"); len(obj.Status.Certificate) > 0 || hasCondition(obj, certv1.CertificateFailed) {
 		t.Error("signer touched a CSR for another signer")
+	}
+}
+
+// runSigner starts s and returns a fetch as the proxy on node-1.
+func runSigner(t *testing.T, api *apiServer, s *Signer) func(id identity.Identity, p certs.Pod) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	client := csr.NewClient(api, csr.WithPollInterval(10*time.Millisecond), csr.WithTTL(time.Hour))
+	return func(id identity.Identity, p certs.Pod) error {
+		api.as(proxyUser, "node-1")
+		fctx, fcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer fcancel()
+		_, _, err := client.Fetch(fctx, certs.Request{Identity: id, Pod: p, CSR: csrFor(t, id)})
+		return err
+	}
+}
+
+// TestPodsTheProxyNeverServesGetNoIdentity: a hostNetwork pod, a pod in
+// kube-system and a finished pod are on the proxy's node with the right
+// service account, and still get no certificate.
+func TestPodsTheProxyNeverServesGetNoIdentity(t *testing.T) {
+	t.Parallel()
+	c, err := ca.NewTest("signer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := pod("default", "host", "uid-host", "app-sa", "node-1")
+	host.Spec.HostNetwork = true
+	done := pod("default", "done", "uid-done", "app-sa", "node-1")
+	done.Status.Phase = corev1.PodSucceeded
+	failed := pod("default", "failed", "uid-failed", "app-sa", "node-1")
+	failed.Status.Phase = corev1.PodFailed
+	sys := pod("kube-system", "dns", "uid-dns", "app-sa", "node-1")
+	api := newAPIServer(host, done, failed, sys)
+	fetch := runSigner(t, api, New(api, c, WithProxyUsers(proxyUser)))
+	appID := identity.New("cluster.local", "default", "app-sa")
+	for _, tc := range []struct {
+		pod  certs.Pod
+		id   identity.Identity
+		want string
+	}{
+		{certs.Pod{Namespace: "default", Name: "host", UID: "uid-host"}, appID, "host network"},
+		{certs.Pod{Namespace: "default", Name: "done", UID: "uid-done"}, appID, "finished"},
+		{certs.Pod{Namespace: "default", Name: "failed", UID: "uid-failed"}, appID, "finished"},
+		{certs.Pod{Namespace: "kube-system", Name: "dns", UID: "uid-dns"}, identity.New("cluster.local", "kube-system", "app-sa"), "never meshed"},
+	} {
+		err := fetch(tc.id, tc.pod)
+		if err == nil || !strings.Contains(err.Error(), "Denied") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want Denied with %q", tc.pod.Name, err, tc.want)
+		}
+	}
+}
+
+// TestThrottledPodLookupIsRetriedNotDenied: the API server answers the
+// signer's pod lookups with 429 Too Many Requests a few times; the CSR is
+// signed once it answers, not denied for good.
+func TestThrottledPodLookupIsRetriedNotDenied(t *testing.T) {
+	t.Parallel()
+	c, err := ca.NewTest("signer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := newAPIServer(pod("default", "app", "uid-app", "app-sa", "node-1"))
+	var mu sync.Mutex
+	throttled := 0
+	api.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if throttled < 3 {
+			throttled++
+			return true, nil, apierrors.NewTooManyRequests("slow down", 1)
+		}
+		return false, nil, nil
+	})
+	s := New(api, c, WithProxyUsers(proxyUser))
+	s.retryBase = 10 * time.Millisecond
+	fetch := runSigner(t, api, s)
+	if err := fetch(identity.New("cluster.local", "default", "app-sa"), certs.Pod{Namespace: "default", Name: "app", UID: "uid-app"}); err != nil {
+		t.Fatalf("after 3 throttled lookups: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,9 @@ type Server struct {
 	timeout time.Duration
 	log     *slog.Logger
 	gauge   prometheus.Gauge
+
+	// peerUIDs may connect (SO_PEERCRED): root and the agent's own user.
+	peerUIDs []uint32
 
 	mu        sync.Mutex
 	workloads map[string]Workload // Netns nil: known, but netns not held
@@ -88,6 +92,7 @@ func NewServer(opts ...Option) *Server {
 		timeout:   DefaultTimeout,
 		log:       slog.Default(),
 		workloads: map[string]Workload{},
+		peerUIDs:  []uint32{0, uint32(os.Getuid())},
 	}
 	for _, o := range opts {
 		o(s)
@@ -111,6 +116,11 @@ func (s *Server) Run(ctx context.Context) error {
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: s.path, Net: "unixpacket"})
 	if err != nil {
 		return fmt.Errorf("listening on zds socket: %w", err)
+	}
+	// Connecting takes write permission on the socket: owner only.
+	if err := os.Chmod(s.path, 0o600); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("restricting zds socket: %w", err)
 	}
 	return s.Serve(ctx, ln)
 }
@@ -219,11 +229,42 @@ func (s *Server) replace(w Workload) {
 	s.workloads[w.UID] = w
 }
 
+// checkPeer admits only a peer running as one of s.peerUIDs: whoever
+// connects receives every pod's netns fd, and the newest connection gets
+// every new pod (as upstream's node agent hands pods over, so a rolling
+// proxy upgrade takes them over). Mounting the hostPath takes a privileged
+// pod anyway; this keeps a process of another user on the node, or in a
+// pod sharing the directory, from taking pods if the socket's mode is
+// widened.
+func (s *Server) checkPeer(uc *net.UnixConn) error {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("peer credentials: %w", err)
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return fmt.Errorf("peer credentials: %w", err)
+	}
+	if cerr != nil {
+		return fmt.Errorf("peer credentials: %w", cerr)
+	}
+	if !slices.Contains(s.peerUIDs, cred.Uid) {
+		return fmt.Errorf("refusing zds peer pid %d uid %d: only uids %v may connect", cred.Pid, cred.Uid, s.peerUIDs)
+	}
+	return nil
+}
+
 // handle runs one proxy connection: hello, snapshot, then it stays
 // registered for AddWorkload/DeleteWorkload until the peer goes away.
 func (s *Server) handle(ctx context.Context, uc *net.UnixConn) error {
 	c := &serverConn{pc: packetConn{c: uc}, acks: make(chan string, 1), done: make(chan struct{})}
 	defer c.close(errors.New("server shutting down"))
+	if err := s.checkPeer(uc); err != nil {
+		return err
+	}
 	msg, fds, err := c.pc.recv(time.Now().Add(s.timeout))
 	if err != nil {
 		return fmt.Errorf("reading hello: %w", err)

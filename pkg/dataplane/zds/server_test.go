@@ -347,3 +347,30 @@ func TestClientRejectsFdOnNonAdd(t *testing.T) {
 		t.Errorf("AddWorkload without fd: err = %v", err)
 	}
 }
+
+// TestPeersOfOtherUsersAreRefused: the server reads the connecting
+// process's credentials (SO_PEERCRED); a peer whose uid is not allowed gets
+// no snapshot and is not counted as a proxy. Here the allowed uid is one the
+// test does not run as, so the test's own connection stands for another
+// user's; a real second user would also need write access to the socket,
+// which Run makes owner-only.
+func TestPeersOfOtherUsersAreRefused(t *testing.T) {
+	t.Parallel()
+	s, path, _ := startServer(t, func(s *Server) { s.peerUIDs = []uint32{uint32(os.Getuid()) + 4242} })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if ev, err := c.Recv(ctx); err == nil {
+		t.Fatalf("a peer of another uid received %s", ev.Kind)
+	}
+	if n := s.Connected(); n != 0 {
+		t.Errorf("%d proxies connected, want 0", n)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
@@ -226,5 +228,77 @@ func TestShorten(t *testing.T) {
 	long := `cannot patch "meshctl-proxy" with kind DaemonSet: patch: Invalid value: "{\"a\":\"` + strings.Repeat("x", 300) + `\"}": quantities must match`
 	if got := shorten(long); got != `cannot patch "meshctl-proxy" with kind DaemonSet: patch: Invalid value: "…": quantities must match` {
 		t.Errorf("shorten: %s", got)
+	}
+}
+
+// TestHostNetworkListenersBindTheNodeIP: the cni DaemonSet's Pods share the
+// node's network namespace, so a listener on ":port" is open on every host
+// interface. Each listen flag must name the node IP (downward API
+// status.hostIP, which is also where kubelet sends the probes).
+func TestHostNetworkListenersBindTheNodeIP(t *testing.T) {
+	t.Parallel()
+	out, err := New().Render(clusterValues(t, "cluster1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, doc := range strings.Split(out["meshctl-cni"], "\n---\n") {
+		if !strings.Contains(doc, "kind: DaemonSet") {
+			continue
+		}
+		var ds appsv1.DaemonSet
+		if err := yaml.UnmarshalStrict([]byte(strings.TrimPrefix(doc, "---\n")), &ds); err != nil {
+			t.Fatalf("DaemonSet: %v", err)
+		}
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			hostIP := false
+			for _, e := range c.Env {
+				if e.Name == "HOST_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.hostIP" {
+					hostIP = true
+				}
+			}
+			for _, a := range c.Args {
+				if !strings.HasPrefix(a, "--ready-addr=") && !strings.HasPrefix(a, "--metrics-addr=") {
+					continue
+				}
+				found++
+				if _, addr, _ := strings.Cut(a, "="); !strings.HasPrefix(addr, "[$(HOST_IP)]:") || !hostIP {
+					t.Errorf("container %s: %s listens beyond the node IP (HOST_IP from status.hostIP: %v)", c.Name, a, hostIP)
+				}
+			}
+		}
+	}
+	if found != 2 {
+		t.Errorf("%d listen flags in the cni DaemonSet, want 2 (readiness, metrics)", found)
+	}
+}
+
+// TestProxyCannotDeleteCSRs: the node proxy's ClusterRole may create CSRs
+// and read them, nothing more (RBAC cannot narrow a verb to the proxy's own
+// generated names, so delete would reach every CSR in the cluster); the
+// signer, which deletes finished CSRs, holds delete.
+func TestProxyCannotDeleteCSRs(t *testing.T) {
+	t.Parallel()
+	out, err := New().Render(clusterValues(t, "cluster1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verbs := map[string]string{}
+	for _, doc := range strings.Split(out["meshctl-dataplane"], "\n---\n") {
+		var role rbacv1.ClusterRole
+		if err := yaml.Unmarshal([]byte(strings.TrimPrefix(doc, "---\n")), &role); err != nil || role.Kind != "ClusterRole" {
+			continue
+		}
+		for _, r := range role.Rules {
+			if slices.Contains(r.Resources, "certificatesigningrequests") {
+				verbs[role.Name] = strings.Join(r.Verbs, ",")
+			}
+		}
+	}
+	if got := verbs["meshctl-proxy"]; got != "create,get" {
+		t.Errorf("proxy's verbs on CSRs: %q, want create,get", got)
+	}
+	if got := verbs["meshctl-signer"]; !strings.Contains(got, "delete") {
+		t.Errorf("signer's verbs on CSRs: %q, want delete among them", got)
 	}
 }

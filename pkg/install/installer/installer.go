@@ -397,6 +397,11 @@ func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration,
 	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
 		return fail(ActionFailed, fmt.Errorf("reading release history: %w", err))
 	}
+	if last != nil && last.Info.Status.IsPending() {
+		if last, err = i.unstick(cfg, last); err != nil {
+			return fail(ActionFailed, err)
+		}
+	}
 	if last == nil || last.Info.Status == release.StatusUninstalled {
 		in := action.NewInstall(cfg)
 		in.ReleaseName, in.Namespace, in.CreateNamespace = c.Name(), ns, true
@@ -436,6 +441,37 @@ func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration,
 	}
 	r.Action, r.Revision, r.manifest = ActionUpgraded, rel.Version, rel.Manifest
 	return r
+}
+
+// unstick clears a release left pending-install, -upgrade or -rollback by
+// a process that died mid-operation: Helm refuses every later operation on
+// it ("another operation is in progress"). A release pending for less than
+// the installer's timeout may be another run's work in progress, and is
+// left alone. A stuck first install is uninstalled (nothing of it was
+// ever deployed; the caller installs afresh, returning nil); a stuck
+// upgrade or rollback is marked failed, and the upgrade that follows starts
+// from the last deployed revision.
+func (i *Installer) unstick(cfg *action.Configuration, last *release.Release) (*release.Release, error) {
+	since := last.Info.LastDeployed.Time
+	if last.Info.LastDeployed.IsZero() {
+		since = last.Info.FirstDeployed.Time
+	}
+	if age := time.Since(since); age < i.timeout {
+		return nil, fmt.Errorf("release %s is %s since %s: another install may be running; retry after %s",
+			last.Name, last.Info.Status, since.Format(time.RFC3339), (i.timeout - age).Round(time.Second))
+	}
+	i.debug("release %s stuck in %s since %s: recovering", last.Name, last.Info.Status, since.Format(time.RFC3339))
+	if last.Info.Status == release.StatusPendingInstall {
+		if _, err := action.NewUninstall(cfg).Run(last.Name); err != nil {
+			return nil, fmt.Errorf("removing release %s stuck in %s: %w", last.Name, last.Info.Status, err)
+		}
+		return nil, nil
+	}
+	last.SetStatus(release.StatusFailed, fmt.Sprintf("left %s by an interrupted operation", last.Info.Status))
+	if err := cfg.Releases.Update(last); err != nil {
+		return nil, fmt.Errorf("marking release %s stuck in %s failed: %w", last.Name, last.Info.Status, err)
+	}
+	return last, nil
 }
 
 func (i *Installer) upgrade(cfg *action.Configuration, ns string) *action.Upgrade {
