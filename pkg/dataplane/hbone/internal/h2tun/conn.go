@@ -169,6 +169,9 @@ type Conn struct {
 	handler       func(*Stream, *Request)
 	handlersGroup sync.WaitGroup
 	sawSettings   bool // the reader has had the peer's first SETTINGS
+	resetIDs      [recentResets]uint32
+	resetNext     int
+	terminating   bool // terminate is sending GOAWAY and will close
 }
 
 func newConn(nc net.Conn, cfg Config, server bool) *Conn {
@@ -563,7 +566,7 @@ func (c *Conn) close(err error) {
 // write happens in a goroutine bounded by a write deadline.
 func (c *Conn) terminate(code http2.ErrCode, err error) {
 	c.mu.Lock()
-	c.goAway = true
+	c.goAway, c.terminating = true, true
 	c.ctl = append(c.ctl[:0:0], ctlFrame{typ: http2.FrameGoAway, streamID: c.lastPeerID, val: uint32(code)})
 	c.ctlPending.Store(true)
 	c.mu.Unlock()
@@ -622,7 +625,9 @@ func (c *Conn) stopIdleLocked() {
 
 func (c *Conn) maybeIdleLocked() {
 	if c.slots == 0 && c.reserved == 0 {
-		if c.goAway && !c.server {
+		// A drained client connection closes, unless terminate is still
+		// writing its GOAWAY (it closes the connection itself).
+		if c.goAway && !c.server && !c.terminating {
 			go c.close(errClosed)
 			return
 		}

@@ -112,6 +112,9 @@ func (c *Conn) resetLocked(s *Stream, code http2.ErrCode) {
 		return
 	}
 	c.queueLocked(ctlFrame{typ: http2.FrameRSTStream, streamID: s.id, val: uint32(code)})
+	if !s.remoteDone {
+		c.noteResetLocked(s.id)
+	}
 	s.localReset = true
 	err := &StreamError{Code: code}
 	if s.rerr == nil || s.rerr == errEOF {
