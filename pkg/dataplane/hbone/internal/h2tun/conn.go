@@ -28,6 +28,12 @@ type Config struct {
 	MaxHeaderListSize uint32
 	// IdleTimeout closes the connection once it has had no stream this long.
 	IdleTimeout time.Duration
+	// StallTimeout, when set, bounds how long a write may make no progress:
+	// a socket write that has not completed in this time closes the
+	// connection (the peer stopped reading it), and a stream that waits
+	// this long for flow-control window is reset with CANCEL (the peer
+	// stopped reading that stream).
+	StallTimeout time.Duration
 	// CountError is called with a short name for each protocol error or
 	// flood the connection refused.
 	CountError func(kind string)
@@ -171,7 +177,8 @@ type Conn struct {
 	sawSettings   bool // the reader has had the peer's first SETTINGS
 	resetIDs      [recentResets]uint32
 	resetNext     int
-	terminating   bool // terminate is sending GOAWAY and will close
+	terminating   bool        // terminate is sending GOAWAY and will close
+	ownDeadline   atomic.Bool // a closing write has set its own deadline
 }
 
 func newConn(nc net.Conn, cfg Config, server bool) *Conn {
@@ -232,6 +239,9 @@ func (c *Conn) writeHello() error {
 func (c *Conn) flushLocked() error {
 	if c.wbuf.b == nil {
 		return nil
+	}
+	if c.cfg.StallTimeout > 0 && !c.ownDeadline.Load() {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.StallTimeout))
 	}
 	if c.cfg.Batch == nil {
 		return c.wbuf.flush(c.nc)
@@ -570,6 +580,7 @@ func (c *Conn) terminate(code http2.ErrCode, err error) {
 	c.ctl = append(c.ctl[:0:0], ctlFrame{typ: http2.FrameGoAway, streamID: c.lastPeerID, val: uint32(code)})
 	c.ctlPending.Store(true)
 	c.mu.Unlock()
+	c.ownDeadline.Store(true)
 	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	go func() {
 		c.wmu.Lock()
@@ -649,6 +660,7 @@ func (c *Conn) onIdle() {
 		c.mu.Lock()
 		c.queueLocked(ctlFrame{typ: http2.FrameGoAway, streamID: c.lastPeerID, val: uint32(http2.ErrCodeNo)})
 		c.mu.Unlock()
+		c.ownDeadline.Store(true)
 		_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 		c.kickSync()
 	}

@@ -76,3 +76,11 @@ func (c *Conn) recentlyResetLocked(id uint32) bool {
 	}
 	return false
 }
+
+func (c *Conn) forgetResetLocked(id uint32) {
+	for i, r := range c.resetIDs {
+		if r == id {
+			c.resetIDs[i] = 0
+		}
+	}
+}

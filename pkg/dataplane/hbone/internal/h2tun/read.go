@@ -230,6 +230,9 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 	c.mu.Lock()
 	s := c.streams[f.StreamID]
 	if s == nil {
+		// Both ends have reset the stream: nothing the peer sends on it
+		// from now on was in flight before our reset.
+		c.forgetResetLocked(f.StreamID)
 		err := c.checkKnownLocked(f.StreamID)
 		c.mu.Unlock()
 		return err
@@ -484,9 +487,19 @@ func (c *Conn) onRequest(f *http2.MetaHeadersFrame) error {
 		c.mu.Unlock()
 		return nil
 	}
-	if id%2 == 0 || id <= c.lastPeerID {
+	if id%2 == 0 {
 		c.mu.Unlock()
 		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	if id <= c.lastPeerID {
+		// A closed stream: ignore what was in flight when we reset it
+		// (RFC 9113 5.1); anything else on it is STREAM_CLOSED.
+		ignore := c.recentlyResetLocked(id)
+		c.mu.Unlock()
+		if ignore {
+			return nil
+		}
+		return http2.ConnectionError(http2.ErrCodeStreamClosed)
 	}
 	c.lastPeerID = id
 	if c.goAway || c.closed {
