@@ -25,6 +25,8 @@ var h2specNotApplicable = map[string]string{
 	"generic/2 Sends a PRIORITY frame on half-closed (remote) stream":      "expects a response body (DATA)",
 	"http2/5.1.2 Sends HEADERS frames that causes their advertised concurrent stream limit to be exceeded": "" +
 		"each GET is answered and closed before the next arrives, so the limit is never reached",
+	"http2/8.1 Sends a second HEADERS frame without the END_STREAM flag": "" +
+		"the request is answered and reset before the second HEADERS arrives, which RFC 9113 5.1 then says to ignore",
 	"http2/8.1.2.6 Sends a HEADERS frame with the \"content-length\" header field which does not equal the DATA frame payload length": "" +
 		"the request is answered and reset before its body arrives",
 	"http2/8.1.2.6 Sends a HEADERS frame with the \"content-length\" header field which does not equal the sum of the multiple DATA frames payload length": "" +
