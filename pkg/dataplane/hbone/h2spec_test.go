@@ -64,10 +64,13 @@ func TestH2Spec(t *testing.T) {
 		TLS: true, Insecure: true, CertFile: certFile, CertKeyFile: keyFile,
 		Strict: true,
 	}
+	passed, failed, skipped := 0, 0, 0
 	for _, g := range []*spec.TestGroup{generic.Spec(), h2spechttp2.Spec(), hpack.Spec()} {
 		g.Test(cfg)
 		report(t, g)
+		passed, failed, skipped = passed+g.PassedCount, failed+g.FailedCount, skipped+g.SkippedCount
 	}
+	t.Logf("h2spec: %d passed, %d failed, %d skipped", passed, failed, skipped)
 }
 
 func report(t *testing.T, g *spec.TestGroup) {

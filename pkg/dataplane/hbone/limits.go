@@ -25,8 +25,8 @@ type Limits struct {
 	// UpstreamDials caps upstream dials in progress, all peers together; a
 	// CONNECT waits for a slot within the upstream timeout, then gets 503.
 	UpstreamDials int
-	// StallTimeout bounds how long a write may make no progress, on either
-	// side: a tunnel whose reader stops reading is reset, an h2 connection
+	// StallTimeout bounds how long a write may make no progress (at least
+	// half of it, at most all), on either side: a tunnel whose reader stops reading is reset, an h2 connection
 	// whose peer stops reading it is closed, and so is an upstream or
 	// downstream socket write that does not complete.
 	StallTimeout time.Duration
@@ -148,15 +148,22 @@ func (lm *limiter) acquireDial(ctx context.Context) (release func(), ok bool) {
 
 // stallWriter bounds each write to a socket by the stall timeout: a peer
 // that stops reading makes the write fail instead of holding its goroutine
-// (and the tunnel) forever. Only the splice writes through it; the socket
-// itself stays a *net.TCPConn for half-close, reset and inline delivery.
+// (and the tunnel) forever. Only the splice writes through it (one
+// goroutine); the socket itself stays a *net.TCPConn for half-close, reset
+// and inline delivery. The deadline moves only once half the timeout has
+// passed (a timer update per write would cost more), so a stuck write fails
+// after between half and all of the timeout.
 type stallWriter struct {
 	c     net.Conn
 	stall time.Duration
+	set   time.Time
 }
 
-func (w stallWriter) Write(p []byte) (int, error) {
-	_ = w.c.SetWriteDeadline(time.Now().Add(w.stall))
+func (w *stallWriter) Write(p []byte) (int, error) {
+	if now := time.Now(); now.After(w.set.Add(w.stall / 2)) {
+		w.set = now
+		_ = w.c.SetWriteDeadline(now.Add(w.stall))
+	}
 	return w.c.Write(p)
 }
 
@@ -165,5 +172,5 @@ func withStall(c net.Conn, d time.Duration) io.Writer {
 	if d <= 0 {
 		return c
 	}
-	return stallWriter{c: c, stall: d}
+	return &stallWriter{c: c, stall: d}
 }

@@ -29,10 +29,10 @@ type Config struct {
 	// IdleTimeout closes the connection once it has had no stream this long.
 	IdleTimeout time.Duration
 	// StallTimeout, when set, bounds how long a write may make no progress:
-	// a socket write that has not completed in this time closes the
-	// connection (the peer stopped reading it), and a stream that waits
-	// this long for flow-control window is reset with CANCEL (the peer
-	// stopped reading that stream).
+	// a socket write that has not completed in this time (at least half
+	// of it, see flushLocked) closes the connection (the peer stopped
+	// reading it), and a stream that waits this long for flow-control
+	// window is reset with CANCEL (the peer stopped reading that stream).
 	StallTimeout time.Duration
 	// CountError is called with a short name for each protocol error or
 	// flood the connection refused.
@@ -179,6 +179,7 @@ type Conn struct {
 	resetNext     int
 	terminating   bool        // terminate is sending GOAWAY and will close
 	ownDeadline   atomic.Bool // a closing write has set its own deadline
+	deadlineSet   time.Time   // when flushLocked last set the write deadline, under wmu
 }
 
 func newConn(nc net.Conn, cfg Config, server bool) *Conn {
@@ -241,7 +242,13 @@ func (c *Conn) flushLocked() error {
 		return nil
 	}
 	if c.cfg.StallTimeout > 0 && !c.ownDeadline.Load() {
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.StallTimeout))
+		// Moving the deadline costs a timer update; doing it only once half
+		// the timeout has passed still fails a write that makes no
+		// progress, after between half and all of the timeout.
+		if now := time.Now(); now.After(c.deadlineSet.Add(c.cfg.StallTimeout / 2)) {
+			c.deadlineSet = now
+			_ = c.nc.SetWriteDeadline(now.Add(c.cfg.StallTimeout))
+		}
 	}
 	if c.cfg.Batch == nil {
 		return c.wbuf.flush(c.nc)
