@@ -17,9 +17,11 @@ import (
 )
 
 // h2specNotApplicable are h2spec cases that assume a server answering GET
-// with a body; h2spec can only send GET and POST, which a CONNECT-only
-// server answers at once with 400 and END_STREAM (and a reset of the
-// request side, RFC 9113 8.1), so these cases cannot observe what they test.
+// with a body, or one that reads a request's body before answering; h2spec
+// can only send GET and POST, which a CONNECT-only server answers at once
+// with 400 and END_STREAM and then resets the request side (RFC 9113 8.1
+// allows both), so these cases cannot observe what they test, or pass only
+// when the answer loses the race with h2spec's next frame.
 var h2specNotApplicable = map[string]string{
 	"generic/2 Sends a WINDOW_UPDATE frame on half-closed (remote) stream": "expects a response body (DATA)",
 	"generic/2 Sends a PRIORITY frame on half-closed (remote) stream":      "expects a response body (DATA)",
@@ -27,6 +29,8 @@ var h2specNotApplicable = map[string]string{
 		"each GET is answered and closed before the next arrives, so the limit is never reached",
 	"http2/8.1 Sends a second HEADERS frame without the END_STREAM flag": "" +
 		"the request is answered and reset before the second HEADERS arrives, which RFC 9113 5.1 then says to ignore",
+	"http2/8.1.2.1 Sends a HEADERS frame that contains a pseudo-header field as trailers": "" +
+		"the request is answered and reset before the trailers arrive, which RFC 9113 5.1 then says to ignore",
 	"http2/8.1.2.6 Sends a HEADERS frame with the \"content-length\" header field which does not equal the DATA frame payload length": "" +
 		"the request is answered and reset before its body arrives",
 	"http2/8.1.2.6 Sends a HEADERS frame with the \"content-length\" header field which does not equal the sum of the multiple DATA frames payload length": "" +
