@@ -167,6 +167,7 @@ func (d *Dialer) dialConn(ctx context.Context, t Target) (*h2tun.Conn, error) {
 		MaxReadFrameSize:     clientMaxReadFrameSize,
 		MaxConcurrentStreams: uint32(d.cfg.streamsPerConn),
 		IdleTimeout:          d.cfg.poolIdleTimeout,
+		StallTimeout:         d.cfg.limits.StallTimeout,
 		CountError:           func(kind string) { m.h2Errors.WithLabelValues(kind).Inc() },
 		// Keeps the pool gauge honest however the connection ends (idle
 		// timeout, GOAWAY, error, Close).
@@ -302,7 +303,7 @@ func (d *Dialer) Proxy(ctx context.Context, t Target, downstream net.Conn) error
 	if !d.cfg.noInline {
 		setSink(st, downstream, received)
 	}
-	rerr, writeFailed := splice(downstream, st, received)
+	rerr, writeFailed := splice(withStall(downstream, d.cfg.limits.StallTimeout), st, received)
 	switch {
 	case writeFailed: // downstream is gone; abort the stream
 		st.Reset(http2.ErrCodeCancel)

@@ -14,20 +14,23 @@
 // The HTTP/2 connection is internal/h2tun: x/net/http2's Framer and hpack
 // for everything on the wire, with a stream state machine and flow control
 // of its own, built for tunnels (one reader goroutine per connection, writes
-// from the copying goroutine). It replaced x/net's general-purpose Transport
-// and Server, which handed every frame across two or three goroutines; the
-// h2tun package comment says what was kept from x/net and why. In the last
-// side-by-side run (commit 5416e1d, 2 cores) x/net's path did 260 MB/s and
-// 1 KiB round trips at p50/p99 90/162 µs, h2tun 710 MB/s (0.83× TLS alone)
-// and 65/142 µs.
+// from the copying goroutine). The h2tun package comment says what is kept
+// from x/net. TestH2Spec runs h2spec's server suite against the Server.
 //
 // Where a tunnel's far side is a plain TCP socket (the destination on the
 // server, the application's connection in Proxy), the connection's reader
 // writes arriving DATA straight to it while the copying goroutine waits
-// (h2tun's Stream.SetSink): a small request or response crosses each proxy
-// without a goroutine handoff, which halved p50 and cut p99 by about 45%.
-// The unexported withNoInline keeps the handoff path for the benchmark's
-// A/B row. README.md has the current figures against the targets.
+// (h2tun's Stream.SetSink), so a small request or response crosses each
+// proxy without a goroutine handoff. The unexported withNoInline keeps the
+// handoff path for the benchmark's A/B row.
+//
+// Limits (WithLimits) bound what peers can make the Server hold: concurrent
+// connections per peer identity and per source IP (closed beyond the cap),
+// concurrent tunnels per identity and per source IP (429 beyond it), and
+// upstream dials in progress (a CONNECT waits for a slot, then gets 503). A
+// stall timeout bounds every tunnel write on both sides: a stream whose peer
+// sends no window is reset, an h2 connection or socket whose peer stops
+// reading is closed.
 //
 // Known limit: a header list beyond 4× WithMaxHeaderBytes is not decoded at
 // all; the connection gets GOAWAY (the CONTINUATION-flood defence) and the

@@ -15,6 +15,7 @@ type Metrics struct {
 	handshake  *prometheus.CounterVec
 	rejects    *prometheus.CounterVec
 	h2Errors   *prometheus.CounterVec
+	limited    *prometheus.CounterVec
 	poolConns  prometheus.Gauge
 	poolDialed prometheus.Counter
 }
@@ -43,6 +44,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		h2Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshctl_hbone_h2_errors_total", Help: "HTTP/2 protocol errors the server refused (stream floods, bad frames), by type.",
 		}, []string{"type"}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshctl_hbone_inbound_limited_total", Help: "Inbound connections closed and CONNECT requests refused because a peer reached a limit, by limit.",
+		}, []string{"limit"}),
 		poolConns: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshctl_hbone_pool_connections", Help: "Outbound HBONE h2 connections currently pooled.",
 		}),
@@ -51,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.opened, m.closed, m.sent, m.received, m.handshake, m.rejects, m.h2Errors, m.poolConns, m.poolDialed)
+		reg.MustRegister(m.opened, m.closed, m.sent, m.received, m.handshake, m.rejects, m.h2Errors, m.limited, m.poolConns, m.poolDialed)
 	}
 	return m
 }

@@ -63,6 +63,7 @@ type config struct {
 	maxHeaderBytes   int
 	streamsPerConn   int
 	mark             int
+	limits           Limits
 	// noInline turns off h2tun's inline delivery (Stream.SetSink): kept,
 	// unexported, so the benchmarks can show both in one run.
 	noInline bool
@@ -86,6 +87,7 @@ func newConfig(opts []Option) config {
 	for _, o := range opts {
 		o(&c)
 	}
+	c.limits = c.limits.withDefaults()
 	if c.metrics == nil {
 		c.metrics = NewMetrics(prometheus.NewRegistry())
 	}

@@ -25,6 +25,7 @@ import (
 type Server struct {
 	cfg config
 	tls *tls.Config
+	lim *limiter
 	wg  sync.WaitGroup
 }
 
@@ -34,7 +35,7 @@ func NewServer(opts ...Option) (*Server, error) {
 	if cfg.certForIP == nil || cfg.roots == nil {
 		return nil, errors.New("hbone server: WithServerCertificates and WithRoots are required")
 	}
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, lim: newLimiter(cfg.limits)}
 	s.tls = &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		NextProtos: []string{"h2"},
@@ -95,6 +96,12 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
 	// Ending ctx (the workload went away) ends its connections too.
 	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 	defer stop()
+	src := addrPortOf(c.RemoteAddr())
+	if !s.lim.connsBySrc.acquire(src.Addr()) {
+		s.limited("conns_per_source", "src", src)
+		return
+	}
+	defer s.lim.connsBySrc.release(src.Addr())
 	bc := newBatchConn(c)
 	tc := tls.Server(bc, s.tls)
 	hsCtx, cancel := context.WithTimeout(ctx, s.cfg.handshakeTimeout)
@@ -116,8 +123,19 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
 		s.cfg.metrics.handshake.WithLabelValues("inbound", "bad_certificate").Inc()
 		return
 	}
-	info := &connInfo{peer: peer, src: addrPortOf(c.RemoteAddr()), dst: addrPortOf(c.LocalAddr())}
+	if !s.lim.connsByID.acquire(peer) {
+		s.limited("conns_per_identity", "peer", peer.String())
+		return
+	}
+	defer s.lim.connsByID.release(peer)
+	info := &connInfo{peer: peer, src: src, dst: addrPortOf(c.LocalAddr())}
 	s.serveTunnels(ctx, tc, bc, info)
+}
+
+// limited counts a connection or request refused by a limit.
+func (s *Server) limited(limit string, args ...any) {
+	s.cfg.metrics.limited.WithLabelValues(limit).Inc()
+	s.cfg.log.Debug("hbone inbound limit reached", append([]any{"limit", limit}, args...)...)
 }
 
 // handshakeFailure classifies a failed handshake for the metric and answers a
@@ -177,6 +195,12 @@ func (s *Server) openUpstream(ctx context.Context, info *connInfo, dst netip.Add
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, s.cfg.upstreamTimeout)
 	defer cancel()
+	release, ok := s.lim.acquireDial(dialCtx)
+	if !ok {
+		s.limited("upstream_dials", "dst", dst)
+		return nil, http.StatusServiceUnavailable, "upstream_busy"
+	}
+	defer release()
 	var err error
 	if s.cfg.upstreamDial != nil {
 		up, err = s.cfg.upstreamDial(dialCtx, src.Addr(), dst)
@@ -203,6 +227,7 @@ func (s *Server) serveTunnels(ctx context.Context, c net.Conn, bc *batchConn, in
 		// stops decoding and ends the connection.
 		MaxHeaderListSize: uint32(4 * s.cfg.maxHeaderBytes),
 		IdleTimeout:       s.cfg.idleTimeout,
+		StallTimeout:      s.cfg.limits.StallTimeout,
 		// h2tun refuses floods and malformed frames itself; this hook is the
 		// only place they become visible, so count them.
 		CountError: func(kind string) { s.cfg.metrics.h2Errors.WithLabelValues(kind).Inc() },
@@ -226,6 +251,11 @@ func (s *Server) serveTunnel(ctx context.Context, info *connInfo, st *h2tun.Stre
 		s.reject(st, code, reason)
 		return
 	}
+	release := s.tunnelSlot(info, st)
+	if release == nil {
+		return
+	}
+	defer release()
 	up, code, reason := s.openUpstream(ctx, info, dst)
 	if code != 0 {
 		s.reject(st, code, reason)
@@ -246,7 +276,7 @@ func (s *Server) serveTunnel(ctx context.Context, info *connInfo, st *h2tun.Stre
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		err, _ := splice(up, st, received)
+		err, _ := splice(withStall(up, s.cfg.limits.StallTimeout), st, received)
 		if errors.Is(err, io.EOF) {
 			closeWrite(up)
 			return
@@ -267,6 +297,21 @@ func (s *Server) serveTunnel(ctx context.Context, info *connInfo, st *h2tun.Stre
 		reset(up)
 	}
 	<-done
+}
+
+// tunnelSlot takes a tunnel slot for the connection's peer and source, or
+// answers 429 and returns nil. It is a function of its own so that its
+// locals stay off serveTunnel's frame: that frame is at the bottom of the
+// tunnel goroutine's stack, whose size every idle tunnel keeps (inline, it
+// took the stack past a doubling, 6 KiB more per tunnel).
+func (s *Server) tunnelSlot(info *connInfo, st *h2tun.Stream) (release func()) {
+	release, limit := s.lim.acquireTunnel(info.peer, info.src.Addr())
+	if limit != "" {
+		s.limited(limit, "peer", info.peer.String(), "src", info.src)
+		s.reject(st, http.StatusTooManyRequests, limit)
+		return nil
+	}
+	return release
 }
 
 func (s *Server) reject(st *h2tun.Stream, code int, reason string) {

@@ -85,6 +85,7 @@ func TestDialerZeroMaxFrameSize(t *testing.T) {
 		for {
 			f, err := fr.ReadFrame()
 			if err != nil {
+				t.Logf("hostile server: %v", err)
 				return
 			}
 			switch f := f.(type) {

@@ -28,6 +28,12 @@ type Config struct {
 	MaxHeaderListSize uint32
 	// IdleTimeout closes the connection once it has had no stream this long.
 	IdleTimeout time.Duration
+	// StallTimeout, when set, bounds how long a write may make no progress:
+	// a socket write that has not completed in this time (at least half
+	// of it, see flushLocked) closes the connection (the peer stopped
+	// reading it), and a stream that waits this long for flow-control
+	// window is reset with CANCEL (the peer stopped reading that stream).
+	StallTimeout time.Duration
 	// CountError is called with a short name for each protocol error or
 	// flood the connection refused.
 	CountError func(kind string)
@@ -169,6 +175,11 @@ type Conn struct {
 	handler       func(*Stream, *Request)
 	handlersGroup sync.WaitGroup
 	sawSettings   bool // the reader has had the peer's first SETTINGS
+	resetIDs      [recentResets]uint32
+	resetNext     int
+	terminating   bool        // terminate is sending GOAWAY and will close
+	ownDeadline   atomic.Bool // a closing write has set its own deadline
+	deadlineSet   time.Time   // when flushLocked last set the write deadline, under wmu
 }
 
 func newConn(nc net.Conn, cfg Config, server bool) *Conn {
@@ -229,6 +240,15 @@ func (c *Conn) writeHello() error {
 func (c *Conn) flushLocked() error {
 	if c.wbuf.b == nil {
 		return nil
+	}
+	if c.cfg.StallTimeout > 0 && !c.ownDeadline.Load() {
+		// Moving the deadline costs a timer update; doing it only once half
+		// the timeout has passed still fails a write that makes no
+		// progress, after between half and all of the timeout.
+		if now := time.Now(); now.After(c.deadlineSet.Add(c.cfg.StallTimeout / 2)) {
+			c.deadlineSet = now
+			_ = c.nc.SetWriteDeadline(now.Add(c.cfg.StallTimeout))
+		}
 	}
 	if c.cfg.Batch == nil {
 		return c.wbuf.flush(c.nc)
@@ -563,10 +583,11 @@ func (c *Conn) close(err error) {
 // write happens in a goroutine bounded by a write deadline.
 func (c *Conn) terminate(code http2.ErrCode, err error) {
 	c.mu.Lock()
-	c.goAway = true
+	c.goAway, c.terminating = true, true
 	c.ctl = append(c.ctl[:0:0], ctlFrame{typ: http2.FrameGoAway, streamID: c.lastPeerID, val: uint32(code)})
 	c.ctlPending.Store(true)
 	c.mu.Unlock()
+	c.ownDeadline.Store(true)
 	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	go func() {
 		c.wmu.Lock()
@@ -622,7 +643,9 @@ func (c *Conn) stopIdleLocked() {
 
 func (c *Conn) maybeIdleLocked() {
 	if c.slots == 0 && c.reserved == 0 {
-		if c.goAway && !c.server {
+		// A drained client connection closes, unless terminate is still
+		// writing its GOAWAY (it closes the connection itself).
+		if c.goAway && !c.server && !c.terminating {
 			go c.close(errClosed)
 			return
 		}
@@ -644,6 +667,7 @@ func (c *Conn) onIdle() {
 		c.mu.Lock()
 		c.queueLocked(ctlFrame{typ: http2.FrameGoAway, streamID: c.lastPeerID, val: uint32(http2.ErrCodeNo)})
 		c.mu.Unlock()
+		c.ownDeadline.Store(true)
 		_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 		c.kickSync()
 	}

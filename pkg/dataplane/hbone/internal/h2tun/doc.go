@@ -4,21 +4,22 @@
 // of a stream are byte pipes with END_STREAM as half-close and RST_STREAM as
 // abort.
 //
-// Why it is hand-rolled: x/net/http2's Transport and Server are general
-// purpose HTTP, and they hand every frame across two or three goroutines (a
-// frame reader, a serve loop or transport loop, a body pipe, a write
-// scheduler and a frame-writer goroutine). On a tunnel each hand-off is a
-// scheduler round trip per 16 KiB, which made HBONE half as fast as TLS
-// alone. Here a connection has one reader goroutine, which demultiplexes
-// frames into per-stream receive buffers and never blocks on a write, and
-// stream writes frame DATA directly from the caller's goroutine. The server's
-// streams also live until both directions end, so a destination that
-// half-closes first no longer drops what the client is still sending.
+// A connection has one reader goroutine, which demultiplexes frames into
+// per-stream receive buffers and never blocks on a write, and stream writes
+// frame DATA directly from the caller's goroutine (x/net/http2's Transport
+// and Server hand every frame across several goroutines, a scheduler round
+// trip per 16 KiB on a tunnel). The server's streams live until both
+// directions end, so a destination that half-closes first does not drop
+// what the client is still sending.
 //
-// What is still x/net's: all frame parsing and validation (http2.Framer,
-// including CONTINUATION assembly with its header-list bound and the
-// pseudo-header checks) and header compression (http2/hpack). What is ours:
-// the stream state machine, flow control, SETTINGS/PING/GOAWAY handling and
-// the flood limits (streams beyond MAX_CONCURRENT_STREAMS, rapid reset,
-// queued control frames, empty DATA frames), each counted through a hook.
+// What is x/net's: frame parsing and validation (http2.Framer, including
+// CONTINUATION assembly with its header-list bound and the pseudo-header
+// checks) and header compression (http2/hpack). What is ours: the stream
+// state machine, flow control, SETTINGS/PING/GOAWAY handling, the request
+// rules of RFC 9113 8 for a CONNECT server (malformed requests are reset
+// with PROTOCOL_ERROR), the validation of the peer's SETTINGS (an
+// out-of-range value is a connection error; frames we write are never
+// smaller than 16 KiB whatever the peer says), the stall timeout, and the
+// flood limits (streams beyond MAX_CONCURRENT_STREAMS, rapid reset, queued
+// control frames, empty DATA frames), each counted through a hook.
 package h2tun

@@ -166,7 +166,7 @@ func TestRapidResetGetsGoAway(t *testing.T) {
 		t.Fatalf("no GOAWAY after a rapid reset flood: %v", err)
 	}
 	if ga.ErrCode != http2.ErrCodeEnhanceYourCalm || cnt.get("rapid_reset") != 1 {
-		t.Fatalf("GOAWAY %v, rapid_reset counted %d; want ENHANCE_YOUR_CALM and 1", ga.ErrCode, cnt.get("rapid_reset"))
+		t.Fatalf("GOAWAY %v, rapid_reset counted %d; want ENHANCE_YOUR_CALM and 1 (%v)", ga.ErrCode, cnt.get("rapid_reset"), cnt.m)
 	}
 }
 

@@ -96,6 +96,14 @@ func (c *Conn) handle(f http2.Frame) error {
 		return nil
 	case *http2.PushPromiseFrame:
 		return http2.ConnectionError(http2.ErrCodeProtocol)
+	case *http2.PriorityFrame:
+		// Priorities are ignored, but a stream cannot depend on itself
+		// (RFC 9113 5.3.1).
+		if f.StreamDep == f.StreamID {
+			c.cfg.CountError("stream_PROTOCOL_ERROR_self_dependency")
+			c.resetStream(f.StreamID, http2.ErrCodeProtocol)
+		}
+		return nil
 	default: // PRIORITY and unknown frame types are ignored, as RFC 9113 says
 		return nil
 	}
@@ -222,6 +230,9 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 	c.mu.Lock()
 	s := c.streams[f.StreamID]
 	if s == nil {
+		// Both ends have reset the stream: nothing the peer sends on it
+		// from now on was in flight before our reset.
+		c.forgetResetLocked(f.StreamID)
 		err := c.checkKnownLocked(f.StreamID)
 		c.mu.Unlock()
 		return err
@@ -230,12 +241,7 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 		// Rapid reset is HEADERS then RST_STREAM before any answer; a
 		// client closing a tunnel it was using resets an answered stream
 		// (x/net's client and ours do) and is not counted.
-		now := time.Now()
-		if now.Sub(c.resetsSince) > resetPeriod {
-			c.resets, c.resetsSince = 0, now
-		}
-		c.resets++
-		if c.resets > maxResetsPerPeriod {
+		if c.rapidResetLocked() {
 			c.mu.Unlock()
 			c.cfg.CountError("rapid_reset")
 			return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
@@ -255,6 +261,17 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 	s.finishLocked()
 	c.mu.Unlock()
 	return nil
+}
+
+// rapidResetLocked counts one reset stream and reports whether there have
+// been too many in the current period.
+func (c *Conn) rapidResetLocked() bool {
+	now := time.Now()
+	if now.Sub(c.resetsSince) > resetPeriod {
+		c.resets, c.resetsSince = 0, now
+	}
+	c.resets++
+	return c.resets > maxResetsPerPeriod
 }
 
 func (c *Conn) onGoAway(f *http2.GoAwayFrame) {
@@ -286,10 +303,15 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	c.recvUsed += n
 	s := c.streams[f.StreamID]
 	if s == nil {
-		// A stream that was closed or reset may still get frames that were
-		// in flight (RFC 9113 5.1: ignore them); an idle one may not.
+		// DATA on an idle stream is a connection error. On a closed one
+		// it is a stream error (RFC 9113 6.1), except on a stream we
+		// reset while the peer was still sending: frames it had in flight
+		// are ignored (5.1).
 		err := c.checkKnownLocked(f.StreamID)
 		c.connAckLocked(n)
+		if err == nil && !c.recentlyResetLocked(f.StreamID) {
+			c.queueLocked(ctlFrame{typ: http2.FrameRSTStream, streamID: f.StreamID, val: uint32(http2.ErrCodeStreamClosed)})
+		}
 		c.mu.Unlock()
 		c.kick()
 		return err
@@ -397,9 +419,14 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if s == nil {
 		return c.checkKnownLocked(f.StreamID)
 	}
+	if s.remoteDone {
+		// Half-closed (remote): only WINDOW_UPDATE, PRIORITY, RST_STREAM.
+		c.resetLocked(s, http2.ErrCodeStreamClosed)
+		return nil
+	}
 	if s.status != 0 || s.resp == nil {
-		// Trailers: allowed only as the stream's end.
-		if !f.StreamEnded() {
+		// Trailers: allowed only as the stream's end, without pseudo-fields.
+		if !f.StreamEnded() || len(f.PseudoFields()) > 0 {
 			c.resetLocked(s, http2.ErrCodeProtocol)
 			return nil
 		}
@@ -436,9 +463,17 @@ func (c *Conn) onRequest(f *http2.MetaHeadersFrame) error {
 	id := f.StreamID
 	c.mu.Lock()
 	if s := c.streams[id]; s != nil {
-		// Trailers on a request stream: only as its end.
-		if !f.StreamEnded() {
-			c.resetLocked(s, http2.ErrCodeProtocol)
+		// Trailers on a request stream: only as its end, without
+		// pseudo-fields, and not once the client's side has ended.
+		code := http2.ErrCode(0)
+		switch {
+		case s.remoteDone:
+			code = http2.ErrCodeStreamClosed
+		case !f.StreamEnded() || len(f.PseudoFields()) > 0:
+			code = http2.ErrCodeProtocol
+		}
+		if code != 0 {
+			c.resetLocked(s, code)
 			c.mu.Unlock()
 			c.kick()
 			return nil
@@ -452,16 +487,42 @@ func (c *Conn) onRequest(f *http2.MetaHeadersFrame) error {
 		c.mu.Unlock()
 		return nil
 	}
-	if id%2 == 0 || id <= c.lastPeerID {
+	if id%2 == 0 {
 		c.mu.Unlock()
 		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	if id <= c.lastPeerID {
+		// A closed stream: ignore what was in flight when we reset it
+		// (RFC 9113 5.1); anything else on it is STREAM_CLOSED.
+		ignore := c.recentlyResetLocked(id)
+		c.mu.Unlock()
+		if ignore {
+			return nil
+		}
+		return http2.ConnectionError(http2.ErrCodeStreamClosed)
 	}
 	c.lastPeerID = id
 	if c.goAway || c.closed {
 		c.mu.Unlock()
 		return nil // draining: the stream is ignored, the GOAWAY said so
 	}
+	if why := malformedRequest(f); why != "" {
+		// RFC 9113 8.1.1: a malformed request is a stream error.
+		c.queueLocked(ctlFrame{typ: http2.FrameRSTStream, streamID: id, val: uint32(http2.ErrCodeProtocol)})
+		c.mu.Unlock()
+		c.cfg.CountError("stream_PROTOCOL_ERROR_malformed")
+		c.kick()
+		return nil
+	}
 	if c.slots >= int(c.cfg.MaxConcurrentStreams) {
+		// A stream refused costs us a reset as one the peer cancels does:
+		// a flood of either (handlers slow to let go of their slots make
+		// one into the other) counts towards the same limit.
+		if c.rapidResetLocked() {
+			c.mu.Unlock()
+			c.cfg.CountError("rapid_reset")
+			return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+		}
 		c.queueLocked(ctlFrame{typ: http2.FrameRSTStream, streamID: id, val: uint32(http2.ErrCodeRefusedStream)})
 		c.mu.Unlock()
 		c.cfg.CountError("stream_REFUSED_STREAM_over_max_streams")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -45,6 +46,8 @@ type Stream struct {
 	unacked      uint32 // consumed since our last stream WINDOW_UPDATE
 	sendWindow   int32
 	waitingSend  bool
+	stall        *time.Timer // StallTimeout while waitingSend
+	stallSince   time.Time
 	localDone    bool // END_STREAM sent
 	remoteDone   bool // END_STREAM received
 	localReset   bool
@@ -112,6 +115,9 @@ func (c *Conn) resetLocked(s *Stream, code http2.ErrCode) {
 		return
 	}
 	c.queueLocked(ctlFrame{typ: http2.FrameRSTStream, streamID: s.id, val: uint32(code)})
+	if !s.remoteDone {
+		c.noteResetLocked(s.id)
+	}
 	s.localReset = true
 	err := &StreamError{Code: code}
 	if s.rerr == nil || s.rerr == errEOF {
@@ -218,11 +224,15 @@ func (s *Stream) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
 		c.mu.Lock()
-		for s.werr == nil && !s.localDone && (s.sendWindow <= 0 || c.sendWindow <= 0) {
-			s.waitingSend = true
-			s.cond.Wait()
+		if s.werr == nil && !s.localDone && (s.sendWindow <= 0 || c.sendWindow <= 0) {
+			s.armStallLocked()
+			for s.werr == nil && !s.localDone && (s.sendWindow <= 0 || c.sendWindow <= 0) {
+				s.waitingSend = true
+				s.cond.Wait()
+			}
+			s.waitingSend = false
+			s.stopStallLocked()
 		}
-		s.waitingSend = false
 		if err := s.writeErrLocked(); err != nil {
 			c.mu.Unlock()
 			return written, err
@@ -251,6 +261,44 @@ func (s *Stream) Write(p []byte) (int, error) {
 		written += n
 	}
 	return written, nil
+}
+
+// armStallLocked starts the stall timer for a Write about to wait for
+// window; the timer resets the stream unless the wait has ended by then.
+func (s *Stream) armStallLocked() {
+	d := s.c.cfg.StallTimeout
+	if d <= 0 {
+		return
+	}
+	s.stallSince = time.Now()
+	if s.stall == nil {
+		s.stall = time.AfterFunc(d, s.onStall)
+		return
+	}
+	s.stall.Reset(d)
+}
+
+func (s *Stream) stopStallLocked() {
+	if s.stall != nil {
+		s.stall.Stop()
+	}
+	s.stallSince = time.Time{}
+}
+
+func (s *Stream) onStall() {
+	c := s.c
+	c.mu.Lock()
+	// A timer that fired as the wait ended, or for an earlier wait, is
+	// stale: only a wait as old as the timeout counts.
+	stalled := s.waitingSend && !s.stallSince.IsZero() && time.Since(s.stallSince) >= c.cfg.StallTimeout
+	if stalled {
+		c.resetLocked(s, http2.ErrCodeCancel)
+	}
+	c.mu.Unlock()
+	if stalled {
+		c.cfg.CountError("stream_stalled")
+		c.kick()
+	}
 }
 
 func (s *Stream) writeErrLocked() error {
