@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // An environment's lock keeps two mutating meshctl runs (up, down, connect,
@@ -98,6 +100,10 @@ type lockKey struct{ env string }
 func (p *Provider) LockEnv(ctx context.Context, env, verb string) (context.Context, func(), error) {
 	if ctx.Value(lockKey{env}) != nil {
 		return ctx, func() {}, nil
+	}
+	// The name becomes a file name and a container name.
+	if msgs := validation.IsDNS1123Label(env); len(msgs) > 0 {
+		return ctx, nil, fmt.Errorf("environment name %q: %s", env, strings.Join(msgs, "; "))
 	}
 	me := p.self(env, verb)
 	unflock, err := flockEnv(filepath.Join(p.artifacts, ".locks"), me)

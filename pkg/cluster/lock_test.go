@@ -54,6 +54,9 @@ func TestLockHoldsAcrossContainersSharingDocker(t *testing.T) {
 	} else {
 		rel()
 	}
+	if _, _, err := p2.LockEnv(ctx, "../dev", "down"); err == nil || !strings.Contains(err.Error(), `environment name "../dev"`) {
+		t.Errorf("a path as environment name: %v", err)
+	}
 	release()
 	if _, rel, err := p2.LockEnv(ctx, "dev", "down"); err != nil {
 		t.Fatalf("after release: %v", err)
