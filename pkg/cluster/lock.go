@@ -151,10 +151,16 @@ func procStart(pid int) string {
 // stale says why holder no longer holds its lock, or "" if it may.
 func stale(holder, me LockHolder, now time.Time) string {
 	if holder.BootID != "" && holder.BootID == me.BootID && holder.PIDNS != "" && holder.PIDNS == me.PIDNS {
-		if procStart(holder.PID) != holder.Start || holder.Start == "" {
+		cur := procStart(holder.PID)
+		switch {
+		case cur == "":
 			return fmt.Sprintf("pid %d is gone", holder.PID)
+		case holder.Start != "" && cur != holder.Start:
+			return fmt.Sprintf("pid %d is gone (the pid now names another process)", holder.PID)
+		case holder.Start != "":
+			return ""
 		}
-		return ""
+		// Its start time unknown: only its age can tell.
 	}
 	if holder.Host == me.Host && holder.BootID != "" && me.BootID != "" && holder.BootID != me.BootID {
 		return fmt.Sprintf("host %s has rebooted since", holder.Host)

@@ -105,6 +105,8 @@ func TestLockRemovesOnlyStaleLocks(t *testing.T) {
 			h.Host, h.BootID, h.PIDNS, h.Since = "ci-runner-2", "b2", "pid:[2]", me.Since.Add(-10*time.Minute)
 		}), false},
 		{"alive here", other(func(*LockHolder) {}), false},
+		{"alive here, start unknown", other(func(h *LockHolder) { h.Start = "" }), false},
+		{"start unknown, old", other(func(h *LockHolder) { h.Start, h.Since = "", me.Since.Add(-MaxLockAge-time.Minute) }), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d.mu.Lock()
