@@ -263,6 +263,11 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 	for _, opt := range opts {
 		opt(&o)
 	}
+	ctx, unlock, err := p.LockEnv(ctx, env, "down")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	res := &DownResult{Env: env, Deleted: []string{}}
 	all, err := p.List(ctx)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +56,11 @@ func (k *fakeKind) Create(name string, cfg *v1alpha4.Cluster, kubeconfigPath str
 			k.add(name, cfg)
 			return err
 		}
+	}
+	// kind refuses a name in use before it makes anything (a hook may
+	// have made one meanwhile, as another process would).
+	if _, ok := k.cluster(name); ok {
+		return fmt.Errorf("node(s) already exist for a cluster with the name %q", name)
 	}
 	k.add(name, cfg)
 	k.mu.Lock()
@@ -259,6 +265,71 @@ type fakeDocker struct {
 	network  string // JSON IPAM config of the kind network; "" if none
 	registry string // "", "running" or "stopped"
 	calls    []string
+	// locks are the lock containers, by name: created atomically, as the
+	// engine does.
+	locks     map[string]fakeLock
+	lockImage bool
+	lockSeq   int
+}
+
+type fakeLock struct {
+	id     string
+	labels map[string]string
+}
+
+// lockCommand answers the commands of the environment lock.
+func (d *fakeDocker) lockCommand(args []string) ([]byte, bool, error) {
+	call := strings.Join(args, " ")
+	switch {
+	case strings.HasPrefix(call, "image inspect"):
+		if !d.lockImage {
+			return nil, true, fmt.Errorf("docker %s: exit status 1: Error: No such image: %s", call, args[len(args)-1])
+		}
+		return []byte("sha256:1\n"), true, nil
+	case strings.HasPrefix(call, "image import"):
+		d.lockImage = true
+		return []byte("sha256:1\n"), true, nil
+	case strings.HasPrefix(call, "container create"):
+		if !d.lockImage {
+			return nil, true, fmt.Errorf("docker %s: exit status 1: Unable to find image", call)
+		}
+		name := args[3]
+		if l, ok := d.locks[name]; ok {
+			return nil, true, fmt.Errorf("docker %s: exit status 125: Error response from daemon: Conflict. The container name \"/%s\" is already in use by container \"%s\"", call, name, l.id)
+		}
+		labels := map[string]string{}
+		for i := 4; i+1 < len(args); i++ {
+			if args[i] == "--label" {
+				k, v, _ := strings.Cut(args[i+1], "=")
+				labels[k] = v
+				i++
+			}
+		}
+		if d.locks == nil {
+			d.locks = map[string]fakeLock{}
+		}
+		d.lockSeq++
+		d.locks[name] = fakeLock{id: fmt.Sprintf("lock%d", d.lockSeq), labels: labels}
+		return []byte(d.locks[name].id + "\n"), true, nil
+	case strings.HasPrefix(call, "container inspect"):
+		name := args[len(args)-1]
+		l, ok := d.locks[name]
+		if !ok {
+			return nil, true, fmt.Errorf("docker %s: exit status 1: Error: No such container: %s", call, name)
+		}
+		js, _ := json.Marshal(l.labels)
+		return []byte(l.id + " " + string(js) + "\n"), true, nil
+	case strings.HasPrefix(call, "container rm"):
+		id := args[len(args)-1]
+		for name, l := range d.locks {
+			if l.id == id {
+				delete(d.locks, name)
+				return []byte(id + "\n"), true, nil
+			}
+		}
+		return nil, true, fmt.Errorf("docker %s: exit status 1: Error response from daemon: No such container: %s", call, id)
+	}
+	return nil, false, nil
 }
 
 func (d *fakeDocker) Run(_ context.Context, args ...string) ([]byte, error) {
@@ -270,6 +341,9 @@ func (d *fakeDocker) Run(_ context.Context, args ...string) ([]byte, error) {
 		return nil, errors.New("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?")
 	}
 	if out, err, ok := d.node(args); ok {
+		return out, err
+	}
+	if out, ok, err := d.lockCommand(args); ok {
 		return out, err
 	}
 	switch {

@@ -161,8 +161,21 @@ func NewPlan(req Request) (*Plan, error) {
 			p.Clusters = append(p.Clusters, c)
 			continue
 		}
-		c.PodSubnets = defaultSubnets(s.PodSubnet, c.IPFamily, i, podSubnet)
-		c.ServiceSubnets = defaultSubnets(s.ServiceSubnet, c.IPFamily, i, serviceSubnet)
+		// Defaults step the second octet by ten: past the 25th cluster
+		// there are none left (10.260.0.0/16 is no address).
+		if i >= MaxGeneratedClusters {
+			for _, f := range []struct{ key, val string }{{"podSubnet", s.PodSubnet}, {"svcSubnet", s.ServiceSubnet}} {
+				if f.val == "" {
+					errs.add(c.Name, "no %s given: only the first %d clusters of a topology get default subnets (10.10.0.0/16 … 10.250.0.0/16), and this is cluster %d: give it a %s", f.key, MaxGeneratedClusters, i+1, f.key)
+				}
+			}
+		}
+		if s.PodSubnet != "" || i < MaxGeneratedClusters {
+			c.PodSubnets = defaultSubnets(s.PodSubnet, c.IPFamily, i, podSubnet)
+		}
+		if s.ServiceSubnet != "" || i < MaxGeneratedClusters {
+			c.ServiceSubnets = defaultSubnets(s.ServiceSubnet, c.IPFamily, i, serviceSubnet)
+		}
 		c.Roles = roles(c)
 		p.Clusters = append(p.Clusters, c)
 	}

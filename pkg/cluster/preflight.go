@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +34,11 @@ func (p *Provider) Preflight(ctx context.Context, plan *Plan) error {
 	if err != nil {
 		return err
 	}
+	what := fmt.Sprintf("the docker network %q", KindNetwork())
+	if subnets == nil {
+		subnets = KindNetworkCandidates(KindNetwork())
+		what = fmt.Sprintf("a subnet Docker or kind may give the docker network %q (not created yet)", KindNetwork())
+	}
 	var errs problems
 	for _, c := range plan.Clusters {
 		for _, f := range []struct {
@@ -41,7 +48,7 @@ func (p *Provider) Preflight(ctx context.Context, plan *Plan) error {
 			for _, pr := range prefixes(f.cidrs) {
 				for _, n := range subnets {
 					if pr.Overlaps(n) {
-						errs.add(c.Name, "%s %s overlaps the docker network %q (%s)", f.field, pr, KindNetwork(), n)
+						errs.add(c.Name, "%s %s overlaps %s (%s)", f.field, pr, what, n)
 					}
 				}
 			}
@@ -78,4 +85,31 @@ func (p *Provider) networkSubnets(ctx context.Context, name string) ([]netip.Pre
 		}
 	}
 	return ps, nil
+}
+
+// KindNetworkCandidates are the subnets the kind network may get when kind
+// creates it with the first cluster, so that a plan is checked against it
+// before it exists. IPv4: kind leaves the choice to Docker's IPAM, whose
+// default address pools hand out 172.17.0.0/16 … 172.31.0.0/16 first (the
+// 192.168.0.0/16 pools only once all of those are taken, which a plan
+// cannot foresee). IPv6: kind derives a ULA /64 from the network's name and
+// probes up to five of them (sigs.k8s.io/kind
+// pkg/cluster/internal/providers/docker/network.go,
+// generateULASubnetFromName); this is the same derivation.
+func KindNetworkCandidates(name string) []netip.Prefix {
+	var out []netip.Prefix
+	for i := 17; i <= 31; i++ {
+		out = append(out, netip.PrefixFrom(netip.AddrFrom4([4]byte{172, byte(i), 0, 0}), 16))
+	}
+	for attempt := int32(0); attempt < 5; attempt++ {
+		h := sha1.New()
+		h.Write([]byte(name))
+		_ = binary.Write(h, binary.LittleEndian, attempt)
+		sum := h.Sum(nil)
+		var ip [16]byte
+		ip[0] = 0xfc
+		copy(ip[2:8], sum[2:8])
+		out = append(out, netip.PrefixFrom(netip.AddrFrom16(ip), 64))
+	}
+	return out
 }

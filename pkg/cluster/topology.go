@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/meshctl/meshctl/internal/fsutil"
 )
 
 // Roles a cluster can play in a mesh, as Istio's multicluster models name them.
@@ -81,12 +85,20 @@ var topologyKeys = map[string]string{
 	"image":     "image",
 }
 
+// Bounds on a topology: Istio's largest topologies are a few kilobytes and
+// under ten clusters; anything far beyond is a mistake (--topology
+// /dev/zero, a log file), refused before it is read into memory.
+const (
+	MaxTopologyBytes   = 1 << 20
+	MaxTopologyEntries = 100
+)
+
 // LoadTopology reads a topology file: Istio's JSON array of clusters, or the
 // same array written as YAML.
 func LoadTopology(path string) ([]Spec, error) {
-	data, err := os.ReadFile(path)
+	data, err := fsutil.ReadRegularFile(path, MaxTopologyBytes)
 	if err != nil {
-		return nil, fmt.Errorf("reading topology: %w", err)
+		return nil, fmt.Errorf("topology: %w", err)
 	}
 	specs, err := ParseTopology(data)
 	if err != nil {
@@ -133,6 +145,16 @@ func ParseTopology(data []byte) ([]Spec, error) {
 	var entries []map[string]json.RawMessage
 	if err := json.Unmarshal(js, &entries); err != nil {
 		return nil, fmt.Errorf("want an array of cluster entries: %w", err)
+	}
+	if len(entries) > MaxTopologyEntries {
+		return nil, fmt.Errorf("%d entries: a topology may have at most %d", len(entries), MaxTopologyEntries)
+	}
+	if dup := duplicateKey(data); dup != nil {
+		// YAMLToJSON kept the last value: the user meant one of them.
+		if dup.entry >= 0 && dup.entry < len(entries) {
+			return nil, fmt.Errorf("entry %d%s: key %s is given twice", dup.entry, entryName(entries[dup.entry]), dup.key)
+		}
+		return nil, fmt.Errorf("key %s is given twice", dup.key)
 	}
 	var specs []Spec
 	for i, raw := range entries {
@@ -197,6 +219,12 @@ func parseEntry(raw map[string]json.RawMessage) (Spec, bool, error) {
 		return s, false, err
 	}
 	if kind != "" && kind != "Kubernetes" {
+		if strings.EqualFold(kind, "Kubernetes") {
+			// Istio's test framework matches kinds exactly and
+			// refuses this entry; skipping it as a VM would drop a
+			// cluster without a word.
+			return s, false, fmt.Errorf("kind %q: write \"Kubernetes\" (kinds are case-sensitive, as in Istio's test framework)", kind)
+		}
 		return s, true, nil
 	}
 	for _, f := range []struct {
@@ -263,4 +291,76 @@ func parseEntry(raw map[string]json.RawMessage) (Spec, bool, error) {
 		return s, false, fmt.Errorf("clusterName is required")
 	}
 	return s, false, nil
+}
+
+// yamlDupKey matches the strict YAML decoder's complaint about a duplicate.
+var yamlDupKey = regexp.MustCompile(`line (\d+): key ("[^"]*") already set`)
+
+// dupKey is a key given twice in one object of a topology.
+type dupKey struct {
+	entry int    // index of the top-level entry it is in, or -1
+	key   string // dotted path within the entry: "podSubnet", "meta.kubeconfig"
+}
+
+// duplicateKey finds a key given twice in one object. JSON and YAML decoders
+// keep the last value silently, so a topology with two podSubnets would get
+// whichever came last. YAML that is not JSON is checked by the strict YAML
+// decoder, which names the line instead of the entry.
+func duplicateKey(data []byte) *dupKey {
+	if !json.Valid(data) {
+		if _, err := yaml.YAMLToJSONStrict(data); err != nil {
+			if m := yamlDupKey.FindStringSubmatch(err.Error()); m != nil {
+				return &dupKey{entry: -1, key: m[2] + " (line " + m[1] + ")"}
+			}
+		}
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var found *dupKey
+	var walk func(entry int, path string) bool
+	walk = func(entry int, path string) bool {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return false
+				}
+				k, _ := kt.(string)
+				full := k
+				if path != "" {
+					full = path + "." + k
+				}
+				if seen[k] {
+					found = &dupKey{entry: entry, key: strconv.Quote(full)}
+					return false
+				}
+				seen[k] = true
+				if !walk(entry, full) {
+					return false
+				}
+			}
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				e := entry
+				if entry < 0 && path == "" {
+					e = i // a top-level array's elements are the entries
+				}
+				if !walk(e, path) {
+					return false
+				}
+			}
+		default:
+			return true // a scalar
+		}
+		_, err = dec.Token() // the closing delimiter
+		return err == nil
+	}
+	walk(-1, "")
+	return found
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -37,6 +38,19 @@ var invalidFixtures = map[string][]string{
 	"invalid-existing-on-kind-network.json":            {`cluster "cloud"`, `existing cluster on network "network-1" with kind cluster "local"`, "meta.podNetworkRoutable: true"},
 	"invalid-existing-kind-fields.json":                {`cluster "cloud"`, "workers applies to kind clusters", "image applies to kind clusters"},
 	"invalid-existing-context-without-kubeconfig.json": {`entry 0 (cluster "cloud")`, "meta.context applies to an existing cluster: give meta.kubeconfig too"},
+	"invalid-docker-bridge.json":                       {`cluster "one"`, "podSubnet 172.17.0.0/16 overlaps Docker's default bridge 172.17.0.0/16"},
+	"invalid-loopback.json":                            {`cluster "one"`, "podSubnet 127.16.0.0/16 overlaps the loopback"},
+	"invalid-link-local.json":                          {`cluster "one"`, "podSubnet 169.254.0.0/16 overlaps the link-local"},
+	"invalid-multicast.json":                           {`cluster "one"`, "serviceSubnet ff05::/112 overlaps the multicast"},
+	"invalid-unspecified.json":                         {`cluster "one"`, "podSubnet 0.0.0.0/16 overlaps the unspecified"},
+	"invalid-v4-mapped.json":                           {`cluster "one"`, "podSubnet ::ffff:10.10.0.0/112 overlaps the v4-mapped"},
+	"invalid-service-subnet-too-small.json":            {`cluster "one"`, "serviceSubnet 10.96.0.1/32 is too small", "/28 or shorter"},
+	"invalid-too-many-default-subnets.json":            {`cluster "c26"`, "no podSubnet given: only the first 25 clusters of a topology get default subnets", "no svcSubnet given"},
+	"invalid-too-many-entries.json":                    {"101 entries: a topology may have at most 100"},
+	"invalid-kind-lowercase.json":                      {`entry 1 (cluster "two")`, `kind "kubernetes": write "Kubernetes"`},
+	"invalid-duplicate-key.json":                       {"invalid-duplicate-key.json", `entry 1 (cluster "two")`, `key "podSubnet" is given twice`},
+	"invalid-duplicate-key-nested.json":                {`entry 0 (cluster "cloud")`, `key "meta.kubeconfig" is given twice`},
+	"invalid-duplicate-key.yaml":                       {"invalid-duplicate-key.yaml", `key "podSubnet" (line 5) is given twice`},
 }
 
 func loadPlan(path string) (*Plan, error) {
@@ -187,5 +201,30 @@ func TestExistingClustersInTopology(t *testing.T) {
 	}
 	if cfg := plan.KindConfig(local); cfg.Name != "local" {
 		t.Errorf("kind config %+v", cfg)
+	}
+}
+
+// A topology path that is not a regular file, or is huge, is refused before
+// it is read: a FIFO would block forever, /dev/zero exhaust memory.
+func TestLoadTopologyRefusesNonRegularAndHugeFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.json")
+	if err := os.WriteFile(huge, []byte("["+strings.Repeat(" ", MaxTopologyBytes)+"]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{fifo, "not a regular file (a named pipe)"},
+		{"/dev/zero", "not a regular file (a character device)"},
+		{huge, "is more than the limit of 1048576"},
+	} {
+		_, err := LoadTopology(tc.path)
+		if err == nil || !strings.Contains(err.Error(), tc.path) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("LoadTopology(%s) = %v, want an error naming it and saying %q", tc.path, err, tc.want)
+		}
 	}
 }

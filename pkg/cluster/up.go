@@ -88,6 +88,11 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 	for _, opt := range opts {
 		opt(&o)
 	}
+	ctx, unlock, err := p.LockEnv(ctx, plan.Env, "up")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	status := cli.NewStatus(p.logger)
 
 	kinds, existing := splitExisting(plan.Clusters)
@@ -342,9 +347,33 @@ func (p *Provider) createAll(ctx context.Context, plan *Plan, create []ClusterPl
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("creating clusters: %w", context.Cause(ctx))
 	}
+	// Only what this process created is rolled back: a kind cluster of
+	// the same name that someone else created after classify (kind refuses
+	// to create over it) is theirs.
+	var mu sync.Mutex
+	foreign := map[string]bool{}
+	ours := func() []ClusterPlan {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []ClusterPlan
+		for _, c := range create {
+			if !foreign[c.KindName] {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
 	done := make(chan error, 1)
 	go func() {
-		done <- parallel.ForEach(create, func(c ClusterPlan) error { return p.createOne(plan, c, o.wait) })
+		done <- parallel.ForEach(create, func(c ClusterPlan) error {
+			err := p.createOne(plan, c, o.wait)
+			if errors.Is(err, errNotOurs) {
+				mu.Lock()
+				foreign[c.KindName] = true
+				mu.Unlock()
+			}
+			return err
+		})
 	}()
 	var err error
 	select {
@@ -354,20 +383,24 @@ func (p *Provider) createAll(ctx context.Context, plan *Plan, create []ClusterPl
 		}
 	case <-ctx.Done():
 		p.logger.Warnf("interrupted: stopping the creation of %s", kindNames(create))
-		p.rollback(plan, create, o.retain)
+		p.rollback(plan, ours(), o.retain)
 		<-done
 		// A deletion that came before kind made its containers found
 		// nothing, and kind went on: delete what it made since.
 		if !o.retain {
-			if err := p.deleteClusters(plan.Env, create); err != nil {
+			if err := p.deleteClusters(plan.Env, ours()); err != nil {
 				p.logger.Errorf("deleting after interrupt: %v", err)
 			}
 		}
 		return fmt.Errorf("creating clusters: %w", context.Cause(ctx))
 	}
-	p.rollback(plan, create, o.retain)
+	p.rollback(plan, ours(), o.retain)
 	return err
 }
+
+// errNotOurs marks a kind cluster that exists but that this process did
+// not create.
+var errNotOurs = errors.New("not created by this run")
 
 func (p *Provider) createOne(plan *Plan, c ClusterPlan, wait time.Duration) error {
 	kubeconfig := p.KubeconfigPath(plan.Env, c.Name, false)
@@ -381,6 +414,11 @@ func (p *Provider) createOne(plan *Plan, c ClusterPlan, wait time.Duration) erro
 		return err
 	}
 	if err := p.kind.Create(c.KindName, plan.KindConfig(c), kubeconfig, wait); err != nil {
+		// kind checks the name before it makes anything: this error means
+		// the cluster is someone else's, and nothing of this run's.
+		if strings.Contains(err.Error(), "already exist for a cluster with the name") {
+			return fmt.Errorf("cluster %q: kind cluster %s was created meanwhile by another process (%w); leaving it alone: %v", c.Name, c.KindName, errNotOurs, err)
+		}
 		return fmt.Errorf("cluster %q: creating kind cluster %s: %w", c.Name, c.KindName, err)
 	}
 	ns, err := p.kind.ListNodes(c.KindName)

@@ -384,3 +384,26 @@ func sorted(s []string) []string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Before kind creates its network, a plan is checked against the subnets the
+// network may get: Docker's default pools, and kind's name-derived IPv6 ULA.
+func TestUpRejectsSubnetsOverlappingTheKindNetworkToBe(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t) // no kind network yet
+	plan := mustPlan(t, Request{Specs: []Spec{
+		{Name: "one", PodSubnet: "172.18.0.0/16"},
+		{Name: "two", IPFamily: IPv6, PodSubnet: "fc00:f853:ccd:e700::/56"},
+	}})
+	_, err := e.p.Up(context.Background(), plan)
+	for _, w := range []string{
+		`cluster "one": podSubnet 172.18.0.0/16 overlaps a subnet Docker or kind may give the docker network "kind" (not created yet) (172.18.0.0/16)`,
+		`cluster "two": podSubnet fc00:f853:ccd:e700::/56 overlaps a subnet Docker or kind may give the docker network "kind" (not created yet) (fc00:f853:ccd:e793::/64)`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("error %v\nwant it to say %s", err, w)
+		}
+	}
+	if len(e.kind.created) != 0 {
+		t.Error("created clusters despite the overlap")
+	}
+}

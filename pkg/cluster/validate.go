@@ -188,11 +188,41 @@ func checkExistingNetworks(errs *problems, cs []ClusterPlan) {
 var (
 	minPodBits = map[bool]int{true: 24, false: 64}  // key: is4
 	minSvcBits = map[bool]int{true: 12, false: 108} // prefix length at least
+	// maxSvcBits: kubeadm gives the cluster DNS Service the range's 10th
+	// address, so a range needs at least 16 (a /28, or a /124).
+	maxSvcBits = map[bool]int{true: 28, false: 124}
 )
+
+// specialRanges are address ranges no pod or Service can use: packets to
+// them never leave the node (loopback), are never routed (link-local,
+// unspecified, reserved), go to groups (multicast), or are IPv4 in IPv6
+// clothing (v4-mapped) that the kernel routes as IPv4.
+var specialRanges = []struct {
+	prefix netip.Prefix
+	what   string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "unspecified (\"this network\", 0.0.0.0/8)"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback (127.0.0.0/8)"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local (169.254.0.0/16)"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast (224.0.0.0/4)"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved (240.0.0.0/4)"},
+	{netip.MustParsePrefix("::/128"), "unspecified (::)"},
+	{netip.MustParsePrefix("::1/128"), "loopback (::1)"},
+	{netip.MustParsePrefix("::ffff:0:0/96"), "v4-mapped (::ffff:0:0/96)"},
+	{netip.MustParsePrefix("fe80::/10"), "link-local (fe80::/10)"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast (ff00::/8)"},
+}
+
+// DockerBridge is the subnet of Docker's default bridge (docker0): a node
+// sends packets for it to its local containers, never to another cluster.
+var DockerBridge = netip.MustParsePrefix("172.17.0.0/16")
 
 // checkSubnets parses one field's CIDRs and checks their count and families
 // against the cluster's IP family.
 func checkSubnets(errs *problems, c ClusterPlan, field string, cidrs []string, familyOK bool) ([]netip.Prefix, bool) {
+	if len(cidrs) == 0 {
+		return nil, false // none to check (NewPlan said why, if it matters)
+	}
 	var out []netip.Prefix
 	ok := true
 	v4, v6 := 0, 0
@@ -205,6 +235,18 @@ func checkSubnets(errs *problems, c ClusterPlan, field string, cidrs []string, f
 		}
 		if pr.Masked() != pr {
 			errs.add(c.Name, "%s %s is not a network address (did you mean %s?)", field, s, pr.Masked())
+			ok = false
+			continue
+		}
+		if what := specialRange(pr); what != "" {
+			errs.add(c.Name, "%s %s overlaps the %s range: pods and Services need ordinary unicast addresses", field, s, what)
+			ok = false
+			continue
+		}
+		// An existing cluster's nodes are not kind containers: docker0
+		// on this host means nothing to them.
+		if !c.Existing && pr.Overlaps(DockerBridge) {
+			errs.add(c.Name, "%s %s overlaps Docker's default bridge %s (docker0): the kind nodes would send those packets to local containers", field, s, DockerBridge)
 			ok = false
 			continue
 		}
@@ -224,6 +266,10 @@ func checkSubnets(errs *problems, c ClusterPlan, field string, cidrs []string, f
 			errs.add(c.Name, "%s %s is too large: Kubernetes allows at most a /%d", field, s, minSvcBits[is4])
 			ok = false
 		}
+		if !c.Existing && field == "serviceSubnet" && pr.Bits() > maxSvcBits[is4] {
+			errs.add(c.Name, "%s %s is too small: kubeadm puts cluster DNS on its 10th address, so it needs a prefix of /%d or shorter", field, s, maxSvcBits[is4])
+			ok = false
+		}
 		out = append(out, pr)
 	}
 	if !familyOK || !ok {
@@ -237,4 +283,14 @@ func checkSubnets(errs *problems, c ClusterPlan, field string, cidrs []string, f
 		return out, false
 	}
 	return out, true
+}
+
+// specialRange names the special range pr overlaps, or returns "".
+func specialRange(pr netip.Prefix) string {
+	for _, r := range specialRanges {
+		if pr.Overlaps(r.prefix) {
+			return r.what
+		}
+	}
+	return ""
 }

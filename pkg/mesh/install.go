@@ -56,6 +56,11 @@ func (r *InstallReport) Failed() []string {
 // about input or reachability, per-cluster failures are in the report (see
 // InstallReport.Failed).
 func (b *Builder) Install(ctx context.Context, plan *cluster.Plan, gateways ...gateway.ClusterResult) (*InstallReport, error) {
+	ctx, unlock, err := b.lock(ctx, plan.Env, "install")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	prep, err := b.prepareInstall(plan, gateways)
 	if err != nil {
 		return nil, err
@@ -194,13 +199,18 @@ func userImage(v map[string]any) bool {
 // side-loaded, from the nodes of the kind clusters whose releases are gone
 // (see removeImage: failures there are warnings).
 func (b *Builder) Uninstall(ctx context.Context, env string, cs []cluster.ClusterPlan, namespace string) (*installer.Result, error) {
+	ctx, unlock, err := b.lock(ctx, env, "uninstall")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	var targets []installer.Target
 	for _, c := range cs {
 		targets = append(targets, installer.Target{Cluster: c.Name, Kubeconfig: b.p.KubeconfigPath(env, c.Name, false),
 			Values: map[string]any{"global": map[string]any{"istioNamespace": namespace}}})
 	}
 	var res *installer.Result
-	err := b.step(fmt.Sprintf("Uninstalling meshctl's charts from %d cluster(s)", len(targets)), func() error {
+	err = b.step(fmt.Sprintf("Uninstalling meshctl's charts from %d cluster(s)", len(targets)), func() error {
 		var err error
 		if res, err = installer.New(installer.WithTimeout(b.o.installTimeout)).Uninstall(ctx, targets...); err == nil && res.Failed() {
 			return errFailedClusters

@@ -199,6 +199,11 @@ func (b *Builder) Up(ctx context.Context, plan *cluster.Plan) (*Result, error) {
 			return nil, err
 		}
 	}
+	ctx, unlock, err := b.lock(ctx, plan.Env, "up")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	up, err := b.p.Up(ctx, plan, b.o.upOpts...)
 	if err != nil {
 		return nil, &StepError{Env: plan.Env, Step: StepClusters, Err: err}
@@ -240,8 +245,13 @@ type ConnectResult struct {
 // clusters of a multi-network environment MetalLB and east-west gateways,
 // and installs the remote secrets (unless WithRemoteSecrets(false)).
 func (b *Builder) Connect(ctx context.Context, env string) (*ConnectResult, error) {
+	ctx, unlock, err := b.lock(ctx, env, "connect")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	out := &ConnectResult{Gateways: []gateway.ClusterResult{}}
-	err := b.step("Connecting clusters on the same network", func() error {
+	err = b.step("Connecting clusters on the same network", func() error {
 		var err error
 		out.Routes, err = connect.New(b.p, b.p, connect.WithLogger(b.o.logger)).Connect(ctx, env)
 		return err
@@ -265,6 +275,23 @@ func (b *Builder) Connect(ctx context.Context, env string) (*ConnectResult, erro
 		}
 	}
 	return out, nil
+}
+
+// Locker takes an environment's lock (*cluster.Provider is one): every
+// method of a Builder that changes an environment holds it throughout, so
+// that a second meshctl on the same environment is refused instead of
+// undoing the first one's work. A Provider that is not a Locker (a test's)
+// is not locked.
+type Locker interface {
+	LockEnv(ctx context.Context, env, verb string) (context.Context, func(), error)
+}
+
+func (b *Builder) lock(ctx context.Context, env, verb string) (context.Context, func(), error) {
+	l, ok := b.p.(Locker)
+	if !ok {
+		return ctx, func() {}, nil
+	}
+	return l.LockEnv(ctx, env, verb)
 }
 
 // gateways gives each cluster of a multi-network environment MetalLB and an

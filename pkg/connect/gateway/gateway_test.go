@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -225,27 +226,36 @@ func resourceVersions(t *testing.T, cfg *rest.Config, network string) map[string
 }
 
 // apiServers starts a real kube-apiserver + etcd per name, concurrently
-// (each takes seconds to start).
+// (each takes seconds to start). Skipping and failing happen here, on the
+// test's goroutine: t.Skip and t.Fatal from another goroutine only end that
+// goroutine, and the test then fails instead of skipping.
 func apiServers(t *testing.T, names ...string) map[string]*rest.Config {
 	t.Helper()
+	if _, _, err := testenv.Binaries(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
 	cfgs := map[string]*rest.Config{}
 	var mu sync.Mutex
+	var errs []error
 	var wg sync.WaitGroup
 	for _, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := testenv.New(t)
+		wg.Go(func() {
+			env, err := testenv.Start(ctx)
 			mu.Lock()
-			cfgs[name] = cfg
-			mu.Unlock()
-		}()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				return
+			}
+			t.Cleanup(func() { _ = env.Stop() })
+			cfgs[name] = env.Config
+		})
 	}
 	wg.Wait()
-	// testenv.New fails the test from its goroutine; stop here, on the
-	// test's own.
-	if len(cfgs) < len(names) {
-		t.FailNow()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
 	return cfgs
 }
@@ -391,5 +401,22 @@ func TestIntegrationInstall(t *testing.T) {
 				t.Errorf("%s: rerun changed %s (resourceVersion %s → %s)", p.Name, obj, rv, after[obj])
 			}
 		}
+	}
+}
+
+// TestAPIServersSkipsWithoutBinaries: on a machine without `make e2e-env`
+// the integration tests must skip, saying why, not fail.
+func TestAPIServersSkipsWithoutBinaries(t *testing.T) {
+	for _, v := range []string{"TESTENV_ETCD", "TESTENV_KUBE_APISERVER"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("MESHCTL_CACHE", t.TempDir())
+	var inner *testing.T
+	t.Run("apiServers", func(t *testing.T) {
+		inner = t
+		apiServers(t, "cluster1", "cluster2")
+	})
+	if inner.Failed() || !inner.Skipped() {
+		t.Fatalf("apiServers without binaries: failed=%v skipped=%v, want a skip and no failure", inner.Failed(), inner.Skipped())
 	}
 }

@@ -133,10 +133,20 @@ func parseKey(der []byte) (crypto.Signer, error) {
 
 // read2 reads two files. Both missing is fs.ErrNotExist (nothing to reuse);
 // one missing is invalid (a half-written CA, to renew).
+//
+// A file that exists but checkFile distrusts is invalid too: renewed.
 func read2(p1, p2 string) ([]byte, []byte, error) {
+	chk1, chk2 := checkFile(p1), checkFile(p2)
+	miss1, miss2 := errors.Is(chk1, fs.ErrNotExist), errors.Is(chk2, fs.ErrNotExist)
+	for _, e := range []error{chk1, chk2} {
+		var inv invalid
+		if errors.As(e, &inv) && !(miss1 && miss2) {
+			return nil, nil, e
+		}
+	}
 	b1, err1 := os.ReadFile(p1)
 	b2, err2 := os.ReadFile(p2)
-	miss1, miss2 := errors.Is(err1, fs.ErrNotExist), errors.Is(err2, fs.ErrNotExist)
+	miss1, miss2 = errors.Is(err1, fs.ErrNotExist), errors.Is(err2, fs.ErrNotExist)
 	switch {
 	case miss1 && miss2:
 		return nil, nil, fmt.Errorf("%s: %w", p1, fs.ErrNotExist)

@@ -25,6 +25,11 @@ const (
 	DefaultIntermediateLifetime = 5 * 365 * 24 * time.Hour
 )
 
+// MinLifetime is the shortest lifetime a new root or intermediate may get.
+// An intermediate longer than the root is cut short where the root expires,
+// so it need not be refused.
+const MinLifetime = time.Hour
+
 // File names: Istio's cacerts keys, and the root's key, which stays on the
 // host (clusters never need it).
 const (
@@ -117,8 +122,10 @@ type issuer struct {
 // valid, reusing what is. A new root renews every intermediate, since they
 // would no longer chain to it.
 func (a *Authority) Ensure(clusters ...string) (*Result, error) {
-	if a.rootLife <= 0 || a.interLife <= 0 {
-		return nil, fmt.Errorf("CA lifetimes must be positive, got root %s, intermediate %s", a.rootLife, a.interLife)
+	// A CA that expires during the run that made it (--root-lifetime 1ns)
+	// breaks every cluster's workload certificates at once.
+	if a.rootLife < MinLifetime || a.interLife < MinLifetime {
+		return nil, fmt.Errorf("CA lifetimes must be positive and at least %s, got root %s, intermediate %s", MinLifetime, a.rootLife, a.interLife)
 	}
 	seen := map[string]bool{}
 	for _, c := range clusters {

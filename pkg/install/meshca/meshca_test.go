@@ -272,6 +272,9 @@ func TestEnsureBadInput(t *testing.T) {
 		{nil, []string{"../x"}, `cluster name "../x" cannot name a CA directory`},
 		{nil, []string{"a", "a"}, `cluster name "a"`},
 		{[]Option{WithIntermediateLifetime(0)}, nil, "CA lifetimes must be positive"},
+		// Expired before the run that made it ends.
+		{[]Option{WithRootLifetime(time.Nanosecond)}, nil, "CA lifetimes must be positive and at least 1h0m0s, got root 1ns"},
+		{[]Option{WithIntermediateLifetime(59 * time.Minute)}, nil, "intermediate 59m0s"},
 	} {
 		if _, err := New(t.TempDir(), tt.opts...).Ensure(tt.clusters...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: error %v, want %q", tt.clusters, err, tt.want)
