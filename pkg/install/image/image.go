@@ -3,11 +3,13 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"debug/elf"
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"regexp"
 	"strings"
 	"time"
@@ -20,9 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/meshctl/meshctl/pkg/version"
 )
@@ -30,11 +30,24 @@ import (
 // Defaults and the paths inside the image.
 const (
 	DefaultRepository = "meshctl/dataplane"
-	BinaryPath        = "/usr/local/bin/meshctl"
+	// BinaryPath holds the binary, and is the entrypoint, when the image is
+	// built from meshctl itself.
+	BinaryPath = "/usr/local/bin/meshctl"
+	// DataplaneBinaryPath holds it when the image is built from
+	// meshctl-dataplane. Both accept the charts' `dataplane <command> …`.
+	DataplaneBinaryPath = "/usr/local/bin/" + DataplaneBinaryName
 	// CNIPath is the same binary under the name the CNI runtime runs it by
 	// (main dispatches on argv[0]); install-cni copies it to the host.
 	CNIPath = "/usr/local/bin/meshctl-cni"
 )
+
+// layerCompression is the layer's gzip level. Every node receives the
+// image whole, through `docker exec` into `ctr import`: a compressed layer
+// is under half the bytes to send and store, for a decompression on the
+// node that costs less than sending the difference; gzip.BestSpeed gets
+// most of the size of gzip.BestCompression at a fraction of the CPU here
+// (see BenchmarkImageTarball).
+const layerCompression = gzip.BestSpeed
 
 // epoch is every timestamp in the image: a reproducible build must not
 // depend on when it ran.
@@ -43,19 +56,22 @@ var epoch = time.Unix(0, 0).UTC()
 // Image is the dataplane image, built in memory.
 type Image struct {
 	binary   string
+	notice   string
 	registry string
 	repo     string
 	tag      string
 
-	ref  name.Tag
-	img  v1.Image
-	arch string
+	ref        name.Tag
+	img        v1.Image
+	arch       string
+	entrypoint string
 }
 
 // Option configures an Image.
 type Option func(*Image)
 
-// WithBinary packages this file (default: the running executable).
+// WithBinary packages this file (default: meshctl-dataplane next to the
+// running executable or on PATH, else the running executable; see Notice).
 func WithBinary(path string) Option { return func(i *Image) { i.binary = path } }
 
 // WithRepository names the image (default meshctl/dataplane).
@@ -78,11 +94,10 @@ func New(opts ...Option) (*Image, error) {
 		o(i)
 	}
 	if i.binary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("dataplane image: finding own binary: %w", err)
+		var err error
+		if i.binary, i.notice, err = defaultFinder.find(); err != nil {
+			return nil, err
 		}
-		i.binary = exe
 	}
 	full := i.repo
 	if i.registry != "" {
@@ -108,11 +123,15 @@ func New(opts ...Option) (*Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dataplane image: %w", err)
 	}
-	layer, err := layerTar(bin)
+	i.entrypoint = BinaryPath
+	if isDataplaneBinary(i.binary) {
+		i.entrypoint = DataplaneBinaryPath
+	}
+	layer, err := layerTar(bin, i.entrypoint, layerCompression)
 	if err != nil {
 		return nil, err
 	}
-	img, err := mutate.AppendLayers(empty.Image, static.NewLayer(layer, types.OCIUncompressedLayer))
+	img, err := mutate.AppendLayers(empty.Image, layer)
 	if err != nil {
 		return nil, fmt.Errorf("dataplane image: %w", err)
 	}
@@ -124,7 +143,7 @@ func New(opts ...Option) (*Image, error) {
 	cfg.Architecture, cfg.OS = i.arch, "linux"
 	cfg.Created = v1.Time{Time: epoch}
 	cfg.Config = v1.Config{
-		Entrypoint: []string{BinaryPath},
+		Entrypoint: []string{i.entrypoint},
 		Env:        []string{"PATH=/usr/local/bin"},
 		WorkingDir: "/",
 		Labels: map[string]string{
@@ -132,7 +151,7 @@ func New(opts ...Option) (*Image, error) {
 			"org.opencontainers.image.version": version.String(),
 		},
 	}
-	cfg.History = []v1.History{{Created: v1.Time{Time: epoch}, CreatedBy: "meshctl: " + BinaryPath}}
+	cfg.History = []v1.History{{Created: v1.Time{Time: epoch}, CreatedBy: "meshctl: " + i.entrypoint}}
 	if i.img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return nil, fmt.Errorf("dataplane image: %w", err)
 	}
@@ -192,6 +211,14 @@ func (i *Image) Architecture() string { return i.arch }
 
 // Binary is the file packaged.
 func (i *Image) Binary() string { return i.binary }
+
+// Entrypoint is where the binary is in the image: BinaryPath or
+// DataplaneBinaryPath.
+func (i *Image) Entrypoint() string { return i.entrypoint }
+
+// Notice is one line for the user when New chose the binary and it is not
+// the dataplane binary, saying how to get the smaller image; "" otherwise.
+func (i *Image) Notice() string { return i.notice }
 
 // V1 is the image for go-containerregistry (tests inspect it).
 func (i *Image) V1() v1.Image { return i.img }
@@ -253,7 +280,7 @@ ctr --namespace=k8s.io images check "name==$1" | awk 'NR==2 && /complete/ && $NF
 
 // Missing returns the nodes whose containerd lacks this very image (its
 // name and its ID), checking every node in parallel: a rerun then skips
-// building and sending an archive of a hundred megabytes per node. A node
+// building and sending an archive of tens of megabytes per node. A node
 // whose check fails for any reason counts as missing the image.
 func (i *Image) Missing(ctx context.Context, exec Executor, nodes ...Node) []Node {
 	id, err := i.ID()
@@ -338,19 +365,25 @@ func (i *Image) Remove(ctx context.Context, exec Executor, nodes ...Node) error 
 	})
 }
 
-// layerTar is the image's only layer: the directories, the binary and the
-// plugin's name for it, every header fixed so the digest depends only on
-// the binary.
-func layerTar(bin []byte) ([]byte, error) {
+// layerTar is the image's only layer, gzipped at level: the directories,
+// the binary at entrypoint and the plugin's name for it, every header fixed
+// so the digest depends only on the binary. The layer is compressed here,
+// once: go-containerregistry would compress it again on every read of it
+// (its digest, then the archive).
+func layerTar(bin []byte, entrypoint string, level int) (v1.Layer, error) {
 	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	zw, err := gzip.NewWriterLevel(&buf, level)
+	if err != nil {
+		return nil, fmt.Errorf("dataplane image layer: %w", err)
+	}
+	tw := tar.NewWriter(zw)
 	hdrs := []*tar.Header{
 		{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777},
 		{Typeflag: tar.TypeDir, Name: "usr/", Mode: 0o755},
 		{Typeflag: tar.TypeDir, Name: "usr/local/", Mode: 0o755},
 		{Typeflag: tar.TypeDir, Name: "usr/local/bin/", Mode: 0o755},
-		{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(BinaryPath, "/"), Mode: 0o755, Size: int64(len(bin))},
-		{Typeflag: tar.TypeSymlink, Name: strings.TrimPrefix(CNIPath, "/"), Linkname: "meshctl", Mode: 0o777},
+		{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(entrypoint, "/"), Mode: 0o755, Size: int64(len(bin))},
+		{Typeflag: tar.TypeSymlink, Name: strings.TrimPrefix(CNIPath, "/"), Linkname: path.Base(entrypoint), Mode: 0o777},
 	}
 	for _, h := range hdrs {
 		h.ModTime, h.Format = epoch, tar.FormatPAX
@@ -366,7 +399,15 @@ func layerTar(bin []byte) ([]byte, error) {
 	if err := tw.Close(); err != nil {
 		return nil, fmt.Errorf("dataplane image layer: %w", err)
 	}
-	return buf.Bytes(), nil
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("dataplane image layer: %w", err)
+	}
+	gz := buf.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(gz)), nil })
+	if err != nil {
+		return nil, fmt.Errorf("dataplane image layer: %w", err)
+	}
+	return l, nil
 }
 
 // checkStatic returns the GOARCH of a static Linux executable, and an error
