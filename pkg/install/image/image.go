@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -23,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/meshctl/meshctl/pkg/version"
 )
@@ -367,16 +370,17 @@ func (i *Image) Remove(ctx context.Context, exec Executor, nodes ...Node) error 
 
 // layerTar is the image's only layer, gzipped at level: the directories,
 // the binary at entrypoint and the plugin's name for it, every header fixed
-// so the digest depends only on the binary. The layer is compressed here,
-// once: go-containerregistry would compress it again on every read of it
-// (its digest, then the archive).
+// so the digest depends only on the binary.
 func layerTar(bin []byte, entrypoint string, level int) (v1.Layer, error) {
 	var buf bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&buf, level)
 	if err != nil {
 		return nil, fmt.Errorf("dataplane image layer: %w", err)
 	}
-	tw := tar.NewWriter(zw)
+	// The diff ID, the uncompressed tar's digest, is hashed on the way in:
+	// go-containerregistry's layers would decompress the layer again for it.
+	diff := sha256.New()
+	tw := tar.NewWriter(io.MultiWriter(zw, diff))
 	hdrs := []*tar.Header{
 		{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777},
 		{Typeflag: tar.TypeDir, Name: "usr/", Mode: 0o755},
@@ -402,12 +406,36 @@ func layerTar(bin []byte, entrypoint string, level int) (v1.Layer, error) {
 	if err := zw.Close(); err != nil {
 		return nil, fmt.Errorf("dataplane image layer: %w", err)
 	}
-	gz := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(gz)), nil })
+	l := &gzLayer{gz: buf.Bytes()}
+	l.diffID = v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(diff.Sum(nil))}
+	sum := sha256.Sum256(l.gz)
+	l.digest = v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
+	return l, nil
+}
+
+// gzLayer is a gzipped layer held in memory, its digests computed once.
+type gzLayer struct {
+	gz             []byte
+	digest, diffID v1.Hash
+}
+
+func (l *gzLayer) Digest() (v1.Hash, error) { return l.digest, nil }
+func (l *gzLayer) DiffID() (v1.Hash, error) { return l.diffID, nil }
+func (l *gzLayer) Size() (int64, error)     { return int64(len(l.gz)), nil }
+func (l *gzLayer) MediaType() (types.MediaType, error) {
+	return types.DockerLayer, nil
+}
+
+func (l *gzLayer) Compressed() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(l.gz)), nil
+}
+
+func (l *gzLayer) Uncompressed() (io.ReadCloser, error) {
+	r, err := gzip.NewReader(bytes.NewReader(l.gz))
 	if err != nil {
 		return nil, fmt.Errorf("dataplane image layer: %w", err)
 	}
-	return l, nil
+	return r, nil
 }
 
 // checkStatic returns the GOARCH of a static Linux executable, and an error

@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -97,6 +98,22 @@ func testImageContent(t *testing.T, bin, entrypoint string) {
 	if compressed <= 0 || compressed >= int64(len(want)) {
 		t.Errorf("compressed layer of %d bytes for a binary of %d", compressed, len(want))
 	}
+	// The digests the archive and the config carry are those of the bytes.
+	for _, c := range []struct {
+		what string
+		open func() (io.ReadCloser, error)
+		hash func() (v1.Hash, error)
+	}{{"digest", layers[0].Compressed, layers[0].Digest}, {"diff ID", layers[0].Uncompressed, layers[0].DiffID}} {
+		rc, err := c.open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := v1.SHA256(rc)
+		rc.Close()
+		if h, _ := c.hash(); err != nil || got != h {
+			t.Errorf("layer %s %s, its bytes hash to %s (%v)", c.what, h, got, err)
+		}
+	}
 	rc, err := layers[0].Uncompressed()
 	if err != nil {
 		t.Fatal(err)
@@ -156,8 +173,8 @@ func testImageContent(t *testing.T, bin, entrypoint string) {
 	if !cfg.Created.Time.Equal(epoch) {
 		t.Errorf("created %v", cfg.Created)
 	}
-	if len(cfg.RootFS.DiffIDs) != 1 {
-		t.Errorf("rootfs diff IDs %v", cfg.RootFS.DiffIDs)
+	if diffID, _ := layers[0].DiffID(); len(cfg.RootFS.DiffIDs) != 1 || cfg.RootFS.DiffIDs[0] != diffID {
+		t.Errorf("rootfs diff IDs %v, want the layer's %s", cfg.RootFS.DiffIDs, diffID)
 	}
 
 	// Same binary, same image: what makes a re-install a no-op.
