@@ -8,12 +8,14 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/meshctl/meshctl/internal/parallel"
@@ -65,9 +67,11 @@ type Image struct {
 	tag      string
 
 	ref        name.Tag
-	img        v1.Image
+	img        func() (v1.Image, error)
 	arch       string
 	entrypoint string
+	id         string
+	layer      *gzLayer
 }
 
 // Option configures an Image.
@@ -134,30 +138,44 @@ func New(opts ...Option) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return nil, fmt.Errorf("dataplane image: %w", err)
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return nil, fmt.Errorf("dataplane image: %w", err)
-	}
-	cfg = cfg.DeepCopy()
-	cfg.Architecture, cfg.OS = i.arch, "linux"
-	cfg.Created = v1.Time{Time: epoch}
-	cfg.Config = v1.Config{
-		Entrypoint: []string{i.entrypoint},
-		Env:        []string{"PATH=/usr/local/bin"},
-		WorkingDir: "/",
-		Labels: map[string]string{
-			"org.opencontainers.image.title":   "meshctl dataplane",
-			"org.opencontainers.image.version": version.String(),
+	// The config is written here, not read back from go-containerregistry,
+	// whose image would compress the layer first to describe it: the ID
+	// needs only the diff ID, and a rerun whose nodes all hold the image
+	// never compresses it (Missing needs the ID, Load the compressed layer).
+	cfg := &v1.ConfigFile{
+		Architecture: i.arch,
+		OS:           "linux",
+		Created:      v1.Time{Time: epoch},
+		Config: v1.Config{
+			Entrypoint: []string{i.entrypoint},
+			Env:        []string{"PATH=/usr/local/bin"},
+			WorkingDir: "/",
+			Labels: map[string]string{
+				"org.opencontainers.image.title":   "meshctl dataplane",
+				"org.opencontainers.image.version": version.String(),
+			},
 		},
+		RootFS:  v1.RootFS{Type: "layers", DiffIDs: []v1.Hash{layer.diffID}},
+		History: []v1.History{{Created: v1.Time{Time: epoch}, CreatedBy: "meshctl: " + i.entrypoint}},
 	}
-	cfg.History = []v1.History{{Created: v1.Time{Time: epoch}, CreatedBy: "meshctl: " + i.entrypoint}}
-	if i.img, err = mutate.ConfigFile(img, cfg); err != nil {
-		return nil, fmt.Errorf("dataplane image: %w", err)
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dataplane image config: %w", err)
 	}
+	sum := sha256.Sum256(raw)
+	i.id, i.layer = "sha256:"+hex.EncodeToString(sum[:]), layer
+	// go-containerregistry's image describes its layer, compressing it, as
+	// soon as it is made: made when first needed.
+	i.img = sync.OnceValues(func() (v1.Image, error) {
+		img, err := mutate.AppendLayers(empty.Image, layer)
+		if err != nil {
+			return nil, fmt.Errorf("dataplane image: %w", err)
+		}
+		if img, err = mutate.ConfigFile(img, cfg); err != nil {
+			return nil, fmt.Errorf("dataplane image: %w", err)
+		}
+		return img, nil
+	})
 	return i, nil
 }
 
@@ -201,13 +219,7 @@ func (i *Image) ContainerdRef() string {
 
 // ID is the digest of the image's config, what containerd and Docker call
 // the image ID: it changes exactly when the content does.
-func (i *Image) ID() (string, error) {
-	h, err := i.img.ConfigName()
-	if err != nil {
-		return "", fmt.Errorf("dataplane image ID: %w", err)
-	}
-	return h.String(), nil
-}
+func (i *Image) ID() (string, error) { return i.id, nil }
 
 // Architecture is the binary's, hence the image's, GOARCH.
 func (i *Image) Architecture() string { return i.arch }
@@ -224,12 +236,16 @@ func (i *Image) Entrypoint() string { return i.entrypoint }
 func (i *Image) Notice() string { return i.notice }
 
 // V1 is the image for go-containerregistry (tests inspect it).
-func (i *Image) V1() v1.Image { return i.img }
+func (i *Image) V1() (v1.Image, error) { return i.img() }
 
 // WriteTarball writes the image as a docker-archive (`docker save`'s
 // format), which both `docker load` and `ctr images import` read.
 func (i *Image) WriteTarball(w io.Writer) error {
-	if err := tarball.Write(i.ref, i.img, w); err != nil {
+	img, err := i.img()
+	if err != nil {
+		return err
+	}
+	if err := tarball.Write(i.ref, img, w); err != nil {
 		return fmt.Errorf("writing %s: %w", i.Ref(), err)
 	}
 	return nil
@@ -243,10 +259,14 @@ func (i *Image) Push(ctx context.Context) (string, error) {
 	if i.registry == "" {
 		return "", fmt.Errorf("pushing %s: the image has no registry (WithRegistry)", i.Ref())
 	}
-	if err := remote.Write(i.ref, i.img, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+	img, err := i.img()
+	if err != nil {
+		return "", err
+	}
+	if err := remote.Write(i.ref, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
 		return "", fmt.Errorf("pushing %s: %w", i.Ref(), err)
 	}
-	d, err := i.img.Digest()
+	d, err := img.Digest()
 	if err != nil {
 		return "", fmt.Errorf("pushing %s: %w", i.Ref(), err)
 	}
@@ -368,19 +388,12 @@ func (i *Image) Remove(ctx context.Context, exec Executor, nodes ...Node) error 
 	})
 }
 
-// layerTar is the image's only layer, gzipped at level: the directories,
-// the binary at entrypoint and the plugin's name for it, every header fixed
-// so the digest depends only on the binary.
-func layerTar(bin []byte, entrypoint string, level int) (v1.Layer, error) {
+// layerTar is the image's only layer, to be gzipped at level: the
+// directories, the binary at entrypoint and the plugin's name for it, every
+// header fixed so the digest depends only on the binary.
+func layerTar(bin []byte, entrypoint string, level int) (*gzLayer, error) {
 	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, level)
-	if err != nil {
-		return nil, fmt.Errorf("dataplane image layer: %w", err)
-	}
-	// The diff ID, the uncompressed tar's digest, is hashed on the way in:
-	// go-containerregistry's layers would decompress the layer again for it.
-	diff := sha256.New()
-	tw := tar.NewWriter(io.MultiWriter(zw, diff))
+	tw := tar.NewWriter(&buf)
 	hdrs := []*tar.Header{
 		{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777},
 		{Typeflag: tar.TypeDir, Name: "usr/", Mode: 0o755},
@@ -403,40 +416,75 @@ func layerTar(bin []byte, entrypoint string, level int) (v1.Layer, error) {
 	if err := tw.Close(); err != nil {
 		return nil, fmt.Errorf("dataplane image layer: %w", err)
 	}
-	if err := zw.Close(); err != nil {
-		return nil, fmt.Errorf("dataplane image layer: %w", err)
-	}
-	l := &gzLayer{gz: buf.Bytes()}
-	l.diffID = v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(diff.Sum(nil))}
-	sum := sha256.Sum256(l.gz)
-	l.digest = v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
+	l := &gzLayer{tar: buf.Bytes(), level: level}
+	sum := sha256.Sum256(l.tar)
+	l.diffID = v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
 	return l, nil
 }
 
-// gzLayer is a gzipped layer held in memory, its digests computed once.
+// gzLayer is a layer held in memory, gzipped once, when first needed: its
+// digests are computed once (go-containerregistry's own layers compress
+// again, or decompress, on every read).
 type gzLayer struct {
-	gz             []byte
-	digest, diffID v1.Hash
+	tar    []byte
+	level  int
+	diffID v1.Hash
+
+	once   sync.Once
+	gz     []byte
+	digest v1.Hash
+	err    error
 }
 
-func (l *gzLayer) Digest() (v1.Hash, error) { return l.digest, nil }
+func (l *gzLayer) compress() error {
+	l.once.Do(func() {
+		var buf bytes.Buffer
+		zw, err := gzip.NewWriterLevel(&buf, l.level)
+		if err == nil {
+			_, err = zw.Write(l.tar)
+		}
+		if err == nil {
+			err = zw.Close()
+		}
+		if err != nil {
+			l.err = fmt.Errorf("compressing the dataplane image layer: %w", err)
+			return
+		}
+		l.gz = buf.Bytes()
+		sum := sha256.Sum256(l.gz)
+		l.digest = v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
+	})
+	return l.err
+}
+
 func (l *gzLayer) DiffID() (v1.Hash, error) { return l.diffID, nil }
-func (l *gzLayer) Size() (int64, error)     { return int64(len(l.gz)), nil }
-func (l *gzLayer) MediaType() (types.MediaType, error) {
-	return types.DockerLayer, nil
+
+func (l *gzLayer) Digest() (v1.Hash, error) {
+	if err := l.compress(); err != nil {
+		return v1.Hash{}, err
+	}
+	return l.digest, nil
+}
+
+func (l *gzLayer) Size() (int64, error) {
+	if err := l.compress(); err != nil {
+		return 0, err
+	}
+	return int64(len(l.gz)), nil
 }
 
 func (l *gzLayer) Compressed() (io.ReadCloser, error) {
+	if err := l.compress(); err != nil {
+		return nil, err
+	}
 	return io.NopCloser(bytes.NewReader(l.gz)), nil
 }
 
 func (l *gzLayer) Uncompressed() (io.ReadCloser, error) {
-	r, err := gzip.NewReader(bytes.NewReader(l.gz))
-	if err != nil {
-		return nil, fmt.Errorf("dataplane image layer: %w", err)
-	}
-	return r, nil
+	return io.NopCloser(bytes.NewReader(l.tar)), nil
 }
+
+func (l *gzLayer) MediaType() (types.MediaType, error) { return types.DockerLayer, nil }
 
 // checkStatic returns the GOARCH of a static Linux executable, and an error
 // saying what to do for anything else: a dynamically linked binary (cgo)
