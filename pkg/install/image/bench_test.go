@@ -122,3 +122,22 @@ func BenchmarkLayerCompression(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkImageID is what a rerun whose nodes all hold the image pays to
+// know it: New and ID, no compression, for both binaries.
+func BenchmarkImageID(b *testing.B) {
+	bins := realBinaries(b)
+	for _, name := range []string{"meshctl", DataplaneBinaryName} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				img, err := New(WithBinary(bins[name]))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := img.ID(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
