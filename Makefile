@@ -1,7 +1,7 @@
 # meshctl — build, test, bench, e2e.
 #
-#   make up        build meshctl and run `meshctl up --clusters 3` (on this project's
-#                  registry-less machines: with the offline node image of `make e2e-env`)
+#   make up        build meshctl and meshctl-dataplane, run `meshctl up --clusters 3` (on this
+#                  project's registry-less machines: with the offline node image of `make e2e-env`)
 #   make test      lint, unit + integration tests, then the e2e suite (which skips, saying
 #                  why, when `make e2e-env` has not run)
 #   make e2e-env   Docker engine + kind node image + registry image, built offline, cached
@@ -31,8 +31,11 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/e2e)
 .PHONY: all build test unit integration e2e e2e-env e2e-smoke bench lint up down clean
 all: build
 
+# meshctl-dataplane, beside meshctl, is what meshctl builds the dataplane
+# image from: stripped (-s -w), since every node receives it.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/meshctl ./cmd/meshctl
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/meshctl-dataplane ./cmd/meshctl-dataplane
 
 test: lint integration
 	$(GO) test -count=1 -timeout 40m -v $(E2E_PKG)

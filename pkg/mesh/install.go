@@ -169,8 +169,8 @@ func (b *Builder) prepareInstall(plan *cluster.Plan, gateways []gateway.ClusterR
 }
 
 // dataplaneImage builds the image once per Builder: Up validates the install
-// before creating clusters and installs after, and the image (the whole
-// meshctl binary read, layered and hashed) depends only on the options.
+// before creating clusters and installs after, and the image (the binary
+// read, layered, compressed and hashed) depends only on the options.
 func (b *Builder) dataplaneImage() (*image.Image, string, error) {
 	b.imgOnce.Do(func() {
 		iopts := append([]image.Option{}, b.o.imageOpts...)
@@ -179,6 +179,9 @@ func (b *Builder) dataplaneImage() (*image.Image, string, error) {
 		}
 		if b.img, b.imgErr = image.New(iopts...); b.imgErr == nil {
 			b.imgID, b.imgErr = b.img.ID()
+			if n := b.img.Notice(); n != "" {
+				b.o.logger.Warnf("%s", n)
+			}
 		}
 	})
 	return b.img, b.imgID, b.imgErr

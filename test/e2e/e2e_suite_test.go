@@ -126,11 +126,14 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	suite.artifacts = envOr("MESHCTL_E2E_ARTIFACTS", filepath.Join(dir, "artifacts"))
 	suite.meshctl = filepath.Join(dir, "meshctl")
-	build := exec.Command("go", "build", "-o", suite.meshctl, "../../cmd/meshctl")
-	// Static, as `make build` builds it: the dataplane image is this binary.
+	// Both, side by side, as `make build` builds them: `meshctl up` builds
+	// the dataplane image from the meshctl-dataplane beside it. (The
+	// install specs build theirs from meshctl itself, the fallback.)
+	build := exec.Command("go", "build", "-o", dir+"/", "../../cmd/meshctl", "../../cmd/meshctl-dataplane")
+	// Static, as `make build` builds them: the image has no C library.
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "building meshctl: %s", out)
+	Expect(err).NotTo(HaveOccurred(), "building meshctl and meshctl-dataplane: %s", out)
 })
 
 // meshctl runs the binary under test and returns its standard output; a

@@ -1,36 +1,16 @@
 package app
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"net/netip"
-	"os"
-	"path/filepath"
-	"strings"
-	"time"
-
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
-	"github.com/meshctl/meshctl/pkg/dataplane/csr"
-	"github.com/meshctl/meshctl/pkg/dataplane/installcni"
-	"github.com/meshctl/meshctl/pkg/dataplane/nodeagent"
-	"github.com/meshctl/meshctl/pkg/dataplane/proxy"
-	"github.com/meshctl/meshctl/pkg/dataplane/signer"
-	"github.com/meshctl/meshctl/pkg/dataplane/zds"
+	"github.com/meshctl/meshctl/internal/dataplanecmd"
 )
 
-// The dataplane image runs this one binary with these subcommands; they are
-// hidden because people never run them, the charts' Pod specs do. Every
-// flag can also be set as MESHCTL_<FLAG> (settings.go), and the two values
-// a Pod learns from the downward API are read from NODE_NAME and
-// POD_NAMESPACE, the names upstream's charts use.
+// The dataplane image runs these entry points; they are hidden because
+// people never run them, the charts' Pods do. meshctl keeps them so an
+// image built from meshctl itself (when no meshctl-dataplane binary is
+// found) still works: flags, environment variables and logging are
+// dataplanecmd's, exactly as in the meshctl-dataplane binary.
 func newDataplaneCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:    "dataplane",
@@ -38,249 +18,17 @@ func newDataplaneCommand(g *globals) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 	}
-	cmd.AddCommand(
-		newInstallCNICommand(g),
-		newNodeAgentCommand(g),
-		newProxyCommand(g),
-		newSignerCommand(g),
-	)
+	for _, c := range dataplanecmd.Commands() {
+		cmd.AddCommand(&cobra.Command{
+			Use:   c.Name,
+			Short: c.Short,
+			// dataplanecmd parses the flags (--help included), with the
+			// standard library's flag package.
+			DisableFlagParsing: true,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return dataplanecmd.Run(cmd.Context(), c.Name, args, g.streams.Err)
+			},
+		})
+	}
 	return cmd
-}
-
-// slogger is the dataplane's structured logger: these commands run in Pods,
-// where one line per event, key=value, is what `kubectl logs` readers want.
-func (g *globals) slogger() *slog.Logger {
-	level := slog.LevelInfo
-	if g.settings.GetInt("verbosity") >= 2 {
-		level = slog.LevelDebug
-	}
-	return slog.New(slog.NewTextHandler(g.streams.Err, &slog.HandlerOptions{Level: level}))
-}
-
-func newInstallCNICommand(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "install-cni",
-		Short: "Install meshctl's CNI plugin on this node and keep it installed",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			s := g.settings
-			log := g.slogger()
-			opts := []installcni.Option{
-				installcni.WithCNIConfDir(s.GetString("cni-conf-dir")),
-				installcni.WithHostCNIConfDir(s.GetString("host-cni-conf-dir")),
-				installcni.WithCNIBinDir(s.GetString("cni-bin-dir")),
-				installcni.WithAgentSocket(s.GetString("agent-socket")),
-				installcni.WithServiceAccountDir(s.GetString("service-account-dir")),
-				installcni.WithExcludeNamespaces(s.GetStringSlice("exclude-namespaces")...),
-				installcni.WithRepairThrottle(s.GetDuration("repair-throttle")),
-				installcni.WithReadyAddr(s.GetString("ready-addr")),
-				installcni.WithLogger(log),
-			}
-			if b := s.GetString("plugin-binary"); b != "" {
-				opts = append(opts, installcni.WithPluginBinary(b))
-			}
-			if ds := s.GetString("daemonset"); ds != "" {
-				check, err := upgradeCheck(podNamespace(s.GetString("namespace")), ds, log)
-				if err != nil {
-					return err
-				}
-				opts = append(opts, installcni.WithUpgradeCheck(check))
-			}
-			return installcni.Run(cmd.Context(), opts...)
-		},
-	}
-	f := cmd.Flags()
-	f.String("cni-conf-dir", "/host/etc/cni/net.d", "the host's CNI config dir as mounted in this container")
-	f.String("host-cni-conf-dir", "/etc/cni/net.d", "the same dir as the host sees it")
-	f.String("cni-bin-dir", "/host/opt/cni/bin", "the host's CNI bin dir as mounted in this container")
-	f.String("plugin-binary", "", "binary to install as the plugin (default: this executable)")
-	f.String("service-account-dir", "/var/run/secrets/kubernetes.io/serviceaccount", "the mounted service account, whose token and CA go into the plugin's kubeconfig")
-	f.String("agent-socket", "/var/run/meshctl/pluginevent.sock", "node agent socket the plugin posts pods to (a host path)")
-	f.StringSlice("exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed")
-	f.Duration("repair-throttle", time.Second, "minimum time between two repairs of the CNI config")
-	f.String("ready-addr", ":15022", "serve GET /readyz here: 200 while the plugin is chained")
-	f.String("daemonset", "", "this Pod's DaemonSet: while it exists, exiting is an upgrade and the plugin stays installed")
-	f.String("namespace", "", "this Pod's namespace (default: $POD_NAMESPACE)")
-	return cmd
-}
-
-// upgradeCheck tells a rolling update from an uninstall, as istio-cni does:
-// while the DaemonSet that owns this Pod still exists, a new Pod is about to
-// take over and the plugin must stay, or pods created in between would
-// start unmeshed; once it is gone (or cannot be read, e.g. because
-// uninstall removed our service account first), clean up.
-func upgradeCheck(ns, daemonset string, log *slog.Logger) (func() bool, error) {
-	if ns == "" {
-		return nil, errors.New("--daemonset needs the Pod's namespace: set --namespace or POD_NAMESPACE")
-	}
-	cs, err := inClusterClient()
-	if err != nil {
-		return nil, err
-	}
-	return func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, daemonset, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			return false
-		case err != nil:
-			log.Warn("cannot read own DaemonSet: treating exit as an uninstall", "daemonset", ns+"/"+daemonset, "err", err)
-			return false
-		}
-		return ds.DeletionTimestamp == nil
-	}, nil
-}
-
-func newNodeAgentCommand(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "node-agent",
-		Short: "Mesh this node's pods and serve ZDS to the node proxy",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			s := g.settings
-			node := firstNonEmpty(s.GetString("node-name"), os.Getenv("NODE_NAME"))
-			if node == "" {
-				return errors.New("node name not set: set --node-name or NODE_NAME (downward API spec.nodeName)")
-			}
-			return nodeagent.Run(cmd.Context(),
-				nodeagent.WithNodeName(node),
-				nodeagent.WithExcludeNamespaces(s.GetStringSlice("exclude-namespaces")...),
-				nodeagent.WithPluginSocket(s.GetString("agent-socket")),
-				nodeagent.WithZDSSocket(s.GetString("zds-socket")),
-				nodeagent.WithStateDir(s.GetString("state-dir")),
-				nodeagent.WithProcRoot(s.GetString("proc-root")),
-				nodeagent.WithMetricsAddr(s.GetString("metrics-addr")),
-				nodeagent.WithLogger(g.slogger()),
-			)
-		},
-	}
-	f := cmd.Flags()
-	f.String("node-name", "", "this node's name (default: $NODE_NAME)")
-	f.StringSlice("exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed")
-	f.String("agent-socket", "/var/run/meshctl/pluginevent.sock", "unix socket the CNI plugin posts pods to")
-	f.String("zds-socket", zds.DefaultSocketPath, "unix socket the node proxy connects to (ZDS)")
-	f.String("state-dir", "/var/run/meshctl/agent", "host dir remembering meshed pods across restarts")
-	f.String("proc-root", "/proc", "the host's procfs (the Pod needs hostPID)")
-	f.String("metrics-addr", ":15014", "serve Prometheus metrics here (empty: off)")
-	return cmd
-}
-
-func newProxyCommand(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "proxy",
-		Short: "Run the HBONE node proxy for the pods the node agent hands over",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			s := g.settings
-			var cidrs []netip.Prefix
-			for _, c := range s.GetStringSlice("mesh-cidrs") {
-				p, err := netip.ParsePrefix(strings.TrimSpace(c))
-				if err != nil {
-					return fmt.Errorf("--mesh-cidrs: %w", err)
-				}
-				cidrs = append(cidrs, p)
-			}
-			cs, err := inClusterClient()
-			if err != nil {
-				return err
-			}
-			return proxy.Run(cmd.Context(),
-				proxy.WithWorkloadEvents(proxy.ZDS(s.GetString("zds-socket"))),
-				proxy.WithTrustDomain(s.GetString("trust-domain")),
-				proxy.WithFetcher(csr.NewClient(cs, csr.WithTTL(s.GetDuration("cert-ttl")))),
-				proxy.WithAddresses(s.GetString("admin-addr"), s.GetString("metrics-addr"), s.GetString("ready-addr")),
-				proxy.WithMeshCIDRs(cidrs...),
-				proxy.WithLogger(g.slogger()),
-			)
-		},
-	}
-	f := cmd.Flags()
-	f.String("zds-socket", zds.DefaultSocketPath, "the node agent's ZDS socket")
-	f.String("trust-domain", "cluster.local", "the mesh trust domain")
-	f.StringSlice("mesh-cidrs", nil, "destinations sent over HBONE to <ip>:15008 (the mesh's pod CIDRs)")
-	f.Duration("cert-ttl", 24*time.Hour, "requested workload certificate lifetime")
-	f.String("admin-addr", "127.0.0.1:15000", "admin server (/config_dump): keep it on localhost")
-	f.String("metrics-addr", ":15020", "Prometheus metrics")
-	f.String("ready-addr", ":15021", "readiness (/healthz/ready)")
-	return cmd
-}
-
-func newSignerCommand(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "signer",
-		Short: "Approve and sign workload CSRs with the cluster intermediate",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			s := g.settings
-			c, err := loadCacerts(s.GetString("cacerts-dir"))
-			if err != nil {
-				return err
-			}
-			cs, err := inClusterClient()
-			if err != nil {
-				return err
-			}
-			users := s.GetStringSlice("proxy-users")
-			if len(users) == 0 {
-				return errors.New("--proxy-users is empty: no node proxy could ever obtain a certificate")
-			}
-			log := g.slogger()
-			log.Info("signer starting", "signerName", s.GetString("signer-name"), "proxyUsers", users)
-			return signer.New(cs, c,
-				signer.WithSignerName(s.GetString("signer-name")),
-				signer.WithTrustDomain(s.GetString("trust-domain")),
-				signer.WithProxyUsers(users...),
-				signer.WithMaxTTL(s.GetDuration("max-ttl")),
-				signer.WithLogger(log),
-			).Run(cmd.Context())
-		},
-	}
-	f := cmd.Flags()
-	f.String("cacerts-dir", "/etc/cacerts", "the cluster's cacerts Secret as mounted (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem)")
-	f.String("signer-name", csr.SignerName, "the certificates.k8s.io signerName served")
-	f.String("trust-domain", "cluster.local", "trust domain of issued identities")
-	f.StringSlice("proxy-users", nil, "users allowed to request workload identities (system:serviceaccount:<ns>:<node proxy sa>)")
-	f.Duration("max-ttl", 24*time.Hour, "longest certificate lifetime issued")
-	return cmd
-}
-
-// loadCacerts reads the four files of Istio's cacerts layout.
-func loadCacerts(dir string) (*ca.CA, error) {
-	files := map[string][]byte{}
-	for _, name := range []string{"ca-cert.pem", "ca-key.pem", "cert-chain.pem", "root-cert.pem"} {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("reading cacerts: %w", err)
-		}
-		files[name] = b
-	}
-	c, err := ca.FromPEM(files["ca-cert.pem"], files["ca-key.pem"], files["cert-chain.pem"], files["root-cert.pem"])
-	if err != nil {
-		return nil, fmt.Errorf("cacerts in %s: %w", dir, err)
-	}
-	return c, nil
-}
-
-func inClusterClient() (kubernetes.Interface, error) {
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("loading in-cluster config (this command runs in a Pod): %w", err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("building Kubernetes client: %w", err)
-	}
-	return cs, nil
-}
-
-func podNamespace(flag string) string { return firstNonEmpty(flag, os.Getenv("POD_NAMESPACE")) }
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"io"
 	stdlog "log"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -29,8 +32,13 @@ import (
 
 // staticBinary builds a tiny static Linux program that prints its argv[0]
 // and arguments: real input for New, runnable in the image.
-func staticBinary(t *testing.T) string {
-	return testbin.Static(t, "meshctl", `package main
+func staticBinary(t *testing.T) string { return staticBinaryNamed(t, "meshctl") }
+
+// staticBinaryNamed is staticBinary under another file name (New names the
+// file in the image after the kind of binary it is) and with its own
+// content, as two builds of two commands have.
+func staticBinaryNamed(t *testing.T, name string) string {
+	return testbin.Static(t, name, `package main
 
 import (
 	"fmt"
@@ -38,13 +46,30 @@ import (
 	"path/filepath"
 )
 
+// `+name+`
 func main() { fmt.Println("hello from", filepath.Base(os.Args[0]), os.Args[1:]) }
 `)
 }
 
+// TestImageContent checks the image of each kind of binary: meshctl
+// itself at /usr/local/bin/meshctl, meshctl-dataplane at
+// /usr/local/bin/meshctl-dataplane, each the entrypoint, with meshctl-cni a
+// symlink to it, in one reproducible gzipped layer.
 func TestImageContent(t *testing.T) {
 	t.Parallel()
-	bin := staticBinary(t)
+	for _, tt := range []struct{ name, entrypoint string }{
+		{"meshctl", BinaryPath},
+		{"meshctl-dataplane", DataplaneBinaryPath},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bin := staticBinaryNamed(t, tt.name)
+			testImageContent(t, bin, tt.entrypoint)
+		})
+	}
+}
+
+func testImageContent(t *testing.T, bin, entrypoint string) {
 	want, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -56,15 +81,55 @@ func TestImageContent(t *testing.T) {
 	if got := img.Ref(); got != "meshctl/dataplane:v1.2.3-dirty" {
 		t.Errorf("Ref() = %q", got)
 	}
-	layers, err := img.V1().Layers()
+	if img.Entrypoint() != entrypoint || img.Notice() != "" {
+		t.Errorf("Entrypoint() = %q, Notice() = %q; want %q and no notice (the binary was given)", img.Entrypoint(), img.Notice(), entrypoint)
+	}
+	// The ID needs no compression: a rerun whose nodes hold the image
+	// (Missing) never pays for it. It is the ID go-containerregistry gives.
+	id, err := img.ID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img.Missing(context.Background(), &recorder{calls: map[string][]byte{}}, Node{Cluster: "c", Name: "n"})
+	if img.layer.gz != nil {
+		t.Error("the layer was compressed before anything needed it")
+	}
+	v1img, err := img.V1()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := v1img.Layers()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(layers) != 1 {
 		t.Fatalf("%d layers, want 1", len(layers))
 	}
-	if mt, _ := layers[0].MediaType(); mt != types.OCIUncompressedLayer {
-		t.Errorf("layer media type %s", mt)
+	if name, err := v1img.ConfigName(); err != nil || name.String() != id {
+		t.Errorf("ID() = %s, go-containerregistry's config digest %s (%v)", id, name, err)
+	}
+	if mt, _ := layers[0].MediaType(); mt != types.DockerLayer {
+		t.Errorf("layer media type %s, want %s", mt, types.DockerLayer)
+	}
+	compressed, _ := layers[0].Size()
+	if compressed <= 0 || compressed >= int64(len(want)) {
+		t.Errorf("compressed layer of %d bytes for a binary of %d", compressed, len(want))
+	}
+	// The digests the archive and the config carry are those of the bytes.
+	for _, c := range []struct {
+		what string
+		open func() (io.ReadCloser, error)
+		hash func() (v1.Hash, error)
+	}{{"digest", layers[0].Compressed, layers[0].Digest}, {"diff ID", layers[0].Uncompressed, layers[0].DiffID}} {
+		rc, err := c.open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := v1.SHA256(rc)
+		rc.Close()
+		if h, _ := c.hash(); err != nil || got != h {
+			t.Errorf("layer %s %s, its bytes hash to %s (%v)", c.what, h, got, err)
+		}
 	}
 	rc, err := layers[0].Uncompressed()
 	if err != nil {
@@ -73,6 +138,7 @@ func TestImageContent(t *testing.T) {
 	defer rc.Close()
 	files := map[string]*tar.Header{}
 	tr := tar.NewReader(rc)
+	file := strings.TrimPrefix(entrypoint, "/")
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -82,22 +148,25 @@ func TestImageContent(t *testing.T) {
 			t.Fatal(err)
 		}
 		files[h.Name] = h
-		if h.Name == "usr/local/bin/meshctl" {
+		if h.Name == file {
 			got, err := io.ReadAll(tr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(got, want) {
-				t.Error("the image's /usr/local/bin/meshctl differs from the binary")
+				t.Errorf("the image's %s differs from the binary", entrypoint)
 			}
 		}
 	}
-	bh := files["usr/local/bin/meshctl"]
+	if len(files) != 6 {
+		t.Errorf("layer holds %d entries, want 6: %v", len(files), slices.Sorted(maps.Keys(files)))
+	}
+	bh := files[file]
 	if bh == nil || bh.Mode != 0o755 || bh.Typeflag != tar.TypeReg {
 		t.Errorf("binary header %+v", bh)
 	}
-	if h := files["usr/local/bin/meshctl-cni"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "meshctl" {
-		t.Errorf("meshctl-cni header %+v, want a symlink to meshctl", h)
+	if h := files["usr/local/bin/meshctl-cni"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != path.Base(entrypoint) {
+		t.Errorf("meshctl-cni header %+v, want a symlink to %s", h, path.Base(entrypoint))
 	}
 	if h := files["tmp/"]; h == nil || h.Mode != 0o1777 {
 		t.Errorf("tmp/ header %+v", h)
@@ -108,21 +177,21 @@ func TestImageContent(t *testing.T) {
 		}
 	}
 
-	cfg, err := img.V1().ConfigFile()
+	cfg, err := v1img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.OS != "linux" || cfg.Architecture != runtime.GOARCH {
 		t.Errorf("platform %s/%s, want linux/%s", cfg.OS, cfg.Architecture, runtime.GOARCH)
 	}
-	if strings.Join(cfg.Config.Entrypoint, " ") != BinaryPath || len(cfg.Config.Cmd) != 0 {
-		t.Errorf("entrypoint %q cmd %q", cfg.Config.Entrypoint, cfg.Config.Cmd)
+	if strings.Join(cfg.Config.Entrypoint, " ") != entrypoint || len(cfg.Config.Cmd) != 0 {
+		t.Errorf("entrypoint %q cmd %q, want %s", cfg.Config.Entrypoint, cfg.Config.Cmd, entrypoint)
 	}
 	if !cfg.Created.Time.Equal(epoch) {
 		t.Errorf("created %v", cfg.Created)
 	}
-	if len(cfg.RootFS.DiffIDs) != 1 {
-		t.Errorf("rootfs diff IDs %v", cfg.RootFS.DiffIDs)
+	if diffID, _ := layers[0].DiffID(); len(cfg.RootFS.DiffIDs) != 1 || cfg.RootFS.DiffIDs[0] != diffID {
+		t.Errorf("rootfs diff IDs %v, want the layer's %s", cfg.RootFS.DiffIDs, diffID)
 	}
 
 	// Same binary, same image: what makes a re-install a no-op.
@@ -134,6 +203,40 @@ func TestImageContent(t *testing.T) {
 	id2, _ := again.ID()
 	if id1 == "" || id1 != id2 {
 		t.Errorf("image IDs %q and %q: the build is not reproducible", id1, id2)
+	}
+	againImg, err := again.V1()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, _ := v1img.Digest()
+	d2, _ := againImg.Digest()
+	if d1 != d2 {
+		t.Errorf("manifest digests %s and %s: the compressed layer is not reproducible", d1, d2)
+	}
+}
+
+// TestImageIDFollowsBinary: another binary under the same tag is another
+// image ID, so Missing finds the nodes holding the old one and Load
+// replaces it, and the charts' image-id annotation rolls the Pods.
+func TestImageIDFollowsBinary(t *testing.T) {
+	t.Parallel()
+	a, err := New(WithBinary(staticBinaryNamed(t, "meshctl")), WithTag("same"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(WithBinary(staticBinaryNamed(t, "meshctl-dataplane")), WithTag("same"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ida, _ := a.ID()
+	idb, _ := b.ID()
+	if a.Ref() != b.Ref() || ida == idb {
+		t.Errorf("refs %s, %s with IDs %s, %s: want one ref, two IDs", a.Ref(), b.Ref(), ida, idb)
+	}
+	r := &recorder{calls: map[string][]byte{}}
+	b.Missing(context.Background(), r, Node{Cluster: "c1", Name: "c1-control-plane"})
+	if n := len(r.argv); n < 1 || r.argv[n-1] != idb {
+		t.Errorf("Missing checked %q, want the new binary's image ID %s", r.argv, idb)
 	}
 }
 
@@ -351,7 +454,13 @@ func TestIntegrationDockerRun(t *testing.T) {
 	if err := exec.Command("docker", "info").Run(); err != nil {
 		t.Skip("no Docker engine answers:", err)
 	}
-	img, err := New(WithBinary(staticBinary(t)), WithRepository("meshctl-test/dataplane"), WithTag(filepath.Base(t.TempDir())))
+	for _, name := range []string{"meshctl", "meshctl-dataplane"} {
+		t.Run(name, func(t *testing.T) { testDockerRun(t, staticBinaryNamed(t, name)) })
+	}
+}
+
+func testDockerRun(t *testing.T, bin string) {
+	img, err := New(WithBinary(bin), WithRepository("meshctl-test/dataplane"), WithTag(filepath.Base(t.TempDir())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +475,7 @@ func TestIntegrationDockerRun(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", img.Ref()).Run() })
 	out, err := exec.Command("docker", "run", "--rm", "--network=none", img.Ref(), "dataplane", "proxy").CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "hello from meshctl [dataplane proxy]" {
+	if want := "hello from " + filepath.Base(bin) + " [dataplane proxy]"; err != nil || strings.TrimSpace(string(out)) != want {
 		t.Errorf("docker run %s: %v: %q", img.Ref(), err, out)
 	}
 	out, err = exec.Command("docker", "run", "--rm", "--network=none", "--entrypoint", CNIPath, img.Ref()).CombinedOutput()

@@ -1,0 +1,27 @@
+// Command meshctl-dataplane is the dataplane image's binary: the entry
+// points the meshctl charts' Pods run (install-cni, node-agent, proxy,
+// signer) and the CNI plugin, without the CLI, kind and Helm that make up
+// most of meshctl. meshctl builds the image from it when it finds it next to
+// itself or on PATH; `go install github.com/meshctl/meshctl/cmd/...@latest`
+// installs both.
+package main
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/meshctl/meshctl/internal/dataplanecmd"
+	"github.com/meshctl/meshctl/pkg/dataplane/cniplugin"
+)
+
+// cniName is the file name install-cni gives this binary in the host's CNI
+// bin dir: the container runtime runs a CNI plugin by its file name.
+const cniName = "meshctl-cni"
+
+func main() {
+	if filepath.Base(os.Args[0]) == cniName {
+		cniplugin.Main()
+		return
+	}
+	os.Exit(dataplanecmd.Main(os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -1,0 +1,217 @@
+package dataplanecmd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/meshctl/meshctl/pkg/dataplane/ca"
+	"github.com/meshctl/meshctl/pkg/dataplane/csr"
+	"github.com/meshctl/meshctl/pkg/dataplane/installcni"
+	"github.com/meshctl/meshctl/pkg/dataplane/nodeagent"
+	"github.com/meshctl/meshctl/pkg/dataplane/proxy"
+	"github.com/meshctl/meshctl/pkg/dataplane/signer"
+	"github.com/meshctl/meshctl/pkg/dataplane/zds"
+)
+
+func installCNI(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
+	confDir := fs.String("cni-conf-dir", "/host/etc/cni/net.d", "the host's CNI config dir as mounted in this container")
+	hostConfDir := fs.String("host-cni-conf-dir", "/etc/cni/net.d", "the same dir as the host sees it")
+	binDir := fs.String("cni-bin-dir", "/host/opt/cni/bin", "the host's CNI bin dir as mounted in this container")
+	plugin := fs.String("plugin-binary", "", "binary to install as the plugin (default: this executable)")
+	saDir := fs.String("service-account-dir", "/var/run/secrets/kubernetes.io/serviceaccount", "the mounted service account, whose token and CA go into the plugin's kubeconfig")
+	socket := fs.String("agent-socket", "/var/run/meshctl/pluginevent.sock", "node agent socket the plugin posts pods to (a host path)")
+	exclude := newList(fs, "exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed (comma-separated)")
+	throttle := fs.Duration("repair-throttle", time.Second, "minimum time between two repairs of the CNI config")
+	ready := fs.String("ready-addr", ":15022", "serve GET /readyz here: 200 while the plugin is chained")
+	daemonset := fs.String("daemonset", "", "this Pod's DaemonSet: while it exists, exiting is an upgrade and the plugin stays installed")
+	namespace := fs.String("namespace", "", "this Pod's namespace (default: $POD_NAMESPACE)")
+	return func(ctx context.Context, log *slog.Logger) error {
+		opts := []installcni.Option{
+			installcni.WithCNIConfDir(*confDir),
+			installcni.WithHostCNIConfDir(*hostConfDir),
+			installcni.WithCNIBinDir(*binDir),
+			installcni.WithAgentSocket(*socket),
+			installcni.WithServiceAccountDir(*saDir),
+			installcni.WithExcludeNamespaces(*exclude...),
+			installcni.WithRepairThrottle(*throttle),
+			installcni.WithReadyAddr(*ready),
+			installcni.WithLogger(log),
+		}
+		if *plugin != "" {
+			opts = append(opts, installcni.WithPluginBinary(*plugin))
+		}
+		if *daemonset != "" {
+			check, err := upgradeCheck(firstNonEmpty(*namespace, os.Getenv("POD_NAMESPACE")), *daemonset, log)
+			if err != nil {
+				return err
+			}
+			opts = append(opts, installcni.WithUpgradeCheck(check))
+		}
+		return installcni.Run(ctx, opts...)
+	}
+}
+
+// upgradeCheck tells a rolling update from an uninstall, as istio-cni does:
+// while the DaemonSet that owns this Pod still exists, a new Pod is about to
+// take over and the plugin must stay, or pods created in between would
+// start unmeshed; once it is gone (or cannot be read, e.g. because
+// uninstall removed our service account first), clean up.
+func upgradeCheck(ns, daemonset string, log *slog.Logger) (func() bool, error) {
+	if ns == "" {
+		return nil, errors.New("--daemonset needs the Pod's namespace: set --namespace or POD_NAMESPACE")
+	}
+	cs, err := inClusterClient()
+	if err != nil {
+		return nil, err
+	}
+	return func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, daemonset, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return false
+		case err != nil:
+			log.Warn("cannot read own DaemonSet: treating exit as an uninstall", "daemonset", ns+"/"+daemonset, "err", err)
+			return false
+		}
+		return ds.DeletionTimestamp == nil
+	}, nil
+}
+
+func nodeAgent(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
+	nodeName := fs.String("node-name", "", "this node's name (default: $NODE_NAME)")
+	exclude := newList(fs, "exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed (comma-separated)")
+	agentSocket := fs.String("agent-socket", "/var/run/meshctl/pluginevent.sock", "unix socket the CNI plugin posts pods to")
+	zdsSocket := fs.String("zds-socket", zds.DefaultSocketPath, "unix socket the node proxy connects to (ZDS)")
+	stateDir := fs.String("state-dir", "/var/run/meshctl/agent", "host dir remembering meshed pods across restarts")
+	procRoot := fs.String("proc-root", "/proc", "the host's procfs (the Pod needs hostPID)")
+	metrics := fs.String("metrics-addr", ":15014", "serve Prometheus metrics here (empty: off)")
+	return func(ctx context.Context, log *slog.Logger) error {
+		node := firstNonEmpty(*nodeName, os.Getenv("NODE_NAME"))
+		if node == "" {
+			return errors.New("node name not set: set --node-name or NODE_NAME (downward API spec.nodeName)")
+		}
+		return nodeagent.Run(ctx,
+			nodeagent.WithNodeName(node),
+			nodeagent.WithExcludeNamespaces(*exclude...),
+			nodeagent.WithPluginSocket(*agentSocket),
+			nodeagent.WithZDSSocket(*zdsSocket),
+			nodeagent.WithStateDir(*stateDir),
+			nodeagent.WithProcRoot(*procRoot),
+			nodeagent.WithMetricsAddr(*metrics),
+			nodeagent.WithLogger(log),
+		)
+	}
+}
+
+func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
+	zdsSocket := fs.String("zds-socket", zds.DefaultSocketPath, "the node agent's ZDS socket")
+	trustDomain := fs.String("trust-domain", "cluster.local", "the mesh trust domain")
+	meshCIDRs := newList(fs, "mesh-cidrs", nil, "destinations sent over HBONE to <ip>:15008 (the mesh's pod CIDRs, comma-separated)")
+	certTTL := fs.Duration("cert-ttl", 24*time.Hour, "requested workload certificate lifetime")
+	admin := fs.String("admin-addr", "127.0.0.1:15000", "admin server (/config_dump): keep it on localhost")
+	metrics := fs.String("metrics-addr", ":15020", "Prometheus metrics")
+	ready := fs.String("ready-addr", ":15021", "readiness (/healthz/ready)")
+	return func(ctx context.Context, log *slog.Logger) error {
+		var cidrs []netip.Prefix
+		for _, c := range *meshCIDRs {
+			p, err := netip.ParsePrefix(c)
+			if err != nil {
+				return fmt.Errorf("--mesh-cidrs: %w", err)
+			}
+			cidrs = append(cidrs, p)
+		}
+		cs, err := inClusterClient()
+		if err != nil {
+			return err
+		}
+		return proxy.Run(ctx,
+			proxy.WithWorkloadEvents(proxy.ZDS(*zdsSocket)),
+			proxy.WithTrustDomain(*trustDomain),
+			proxy.WithFetcher(csr.NewClient(cs, csr.WithTTL(*certTTL))),
+			proxy.WithAddresses(*admin, *metrics, *ready),
+			proxy.WithMeshCIDRs(cidrs...),
+			proxy.WithLogger(log),
+		)
+	}
+}
+
+func signerCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
+	cacertsDir := fs.String("cacerts-dir", "/etc/cacerts", "the cluster's cacerts Secret as mounted (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem)")
+	signerName := fs.String("signer-name", csr.SignerName, "the certificates.k8s.io signerName served")
+	trustDomain := fs.String("trust-domain", "cluster.local", "trust domain of issued identities")
+	users := newList(fs, "proxy-users", nil, "users allowed to request workload identities (system:serviceaccount:<ns>:<node proxy sa>, comma-separated)")
+	maxTTL := fs.Duration("max-ttl", 24*time.Hour, "longest certificate lifetime issued")
+	return func(ctx context.Context, log *slog.Logger) error {
+		c, err := loadCacerts(*cacertsDir)
+		if err != nil {
+			return err
+		}
+		cs, err := inClusterClient()
+		if err != nil {
+			return err
+		}
+		if len(*users) == 0 {
+			return errors.New("--proxy-users is empty: no node proxy could ever obtain a certificate")
+		}
+		log.Info("signer starting", "signerName", *signerName, "proxyUsers", *users)
+		return signer.New(cs, c,
+			signer.WithSignerName(*signerName),
+			signer.WithTrustDomain(*trustDomain),
+			signer.WithProxyUsers(*users...),
+			signer.WithMaxTTL(*maxTTL),
+			signer.WithLogger(log),
+		).Run(ctx)
+	}
+}
+
+// loadCacerts reads the four files of Istio's cacerts layout.
+func loadCacerts(dir string) (*ca.CA, error) {
+	files := map[string][]byte{}
+	for _, name := range []string{"ca-cert.pem", "ca-key.pem", "cert-chain.pem", "root-cert.pem"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("reading cacerts: %w", err)
+		}
+		files[name] = b
+	}
+	c, err := ca.FromPEM(files["ca-cert.pem"], files["ca-key.pem"], files["cert-chain.pem"], files["root-cert.pem"])
+	if err != nil {
+		return nil, fmt.Errorf("cacerts in %s: %w", dir, err)
+	}
+	return c, nil
+}
+
+func inClusterClient() (kubernetes.Interface, error) {
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading in-cluster config (this command runs in a Pod): %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building Kubernetes client: %w", err)
+	}
+	return cs, nil
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,168 @@
+package dataplanecmd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshctl/meshctl/internal/syncbuf"
+)
+
+// TestInstallCNI runs install-cni as the DaemonSet does, through Main's
+// argv (the charts' `dataplane install-cni …`), against host-like temp
+// dirs: the plugin is chained and copied, then removed when it stops.
+func TestInstallCNI(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	conf, bin, sa := filepath.Join(root, "net.d"), filepath.Join(root, "bin"), filepath.Join(root, "sa")
+	for _, d := range []string{conf, bin, sa} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, data := range map[string]string{
+		filepath.Join(sa, "token"):                 "token",
+		filepath.Join(sa, "ca.crt"):                "ca",
+		filepath.Join(conf, "10-kindnet.conflist"): `{"cniVersion":"0.3.1","name":"kindnet","plugins":[{"type":"ptp"}]}`,
+		filepath.Join(root, "plugin"):              "#!binary",
+	} {
+		if err := os.WriteFile(name, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := &syncbuf.Buffer{}
+	done := make(chan error)
+	go func() {
+		done <- Run(ctx, "install-cni", []string{
+			"--cni-conf-dir", conf, "--cni-bin-dir=" + bin, "--plugin-binary", filepath.Join(root, "plugin"),
+			"--exclude-namespaces", "kube-system, istio-system", "--ready-addr", "127.0.0.1:0",
+			"--host-cni-conf-dir", "/etc/cni/net.d", "--service-account-dir", sa, "--verbosity=2"}, errs)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, _ := os.ReadFile(filepath.Join(conf, "10-kindnet.conflist"))
+		if strings.Contains(string(data), `"meshctl-cni"`) && strings.Contains(string(data), `"istio-system"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("plugin never chained: %s\nlogs: %s", data, errs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got, err := os.ReadFile(filepath.Join(bin, "meshctl-cni")); err != nil || string(got) != "#!binary" {
+		t.Errorf("plugin binary: %q, %v", got, err)
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("install-cni: %v\n%s", err, errs)
+	}
+	data, _ := os.ReadFile(filepath.Join(conf, "10-kindnet.conflist"))
+	if strings.Contains(string(data), "meshctl-cni") {
+		t.Errorf("entry left after exit: %s", data)
+	}
+	if _, err := os.Stat(filepath.Join(bin, "meshctl-cni")); !os.IsNotExist(err) {
+		t.Errorf("plugin binary left after exit: %v", err)
+	}
+	if !strings.Contains(errs.String(), "level=") {
+		t.Errorf("no structured log lines: %s", errs)
+	}
+}
+
+// TestMainArgs runs the binary's argv: with and without the charts'
+// "dataplane" word, bad input named, --help answered.
+func TestMainArgs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args      []string
+		code      int
+		out, errs string
+	}{
+		{nil, 1, "", "install-cni"},
+		{[]string{"--help"}, 0, "node-agent", ""},
+		{[]string{"dataplane"}, 1, "", "signer"},
+		{[]string{"dataplane", "node-agent", "--node-name", ""}, 1, "", "node name not set"},
+		{[]string{"node-agent", "--node-name="}, 1, "", "node name not set"},
+		{[]string{"dataplane", "signer", "--cacerts-dir", "/nonexistent"}, 1, "", "reading cacerts"},
+		{[]string{"dataplane", "install-cni", "--daemonset", "x", "--namespace", ""}, 1, "", "POD_NAMESPACE"},
+		{[]string{"dataplane", "proxy", "--mesh-cidrs", "10.0.0.0/8,nonsense"}, 1, "", "--mesh-cidrs"},
+		{[]string{"dataplane", "proxy", "--no-such-flag"}, 1, "", "proxy: flag provided but not defined: -no-such-flag"},
+		{[]string{"dataplane", "proxy", "extra"}, 1, "", `proxy: unexpected argument "extra"`},
+		{[]string{"dataplane", "ztunnel"}, 1, "", `unknown dataplane command "ztunnel" (want one of install-cni, node-agent, proxy, signer)`},
+		{[]string{"dataplane", "proxy", "--help"}, 0, "", "-trust-domain string"},
+	}
+	for _, tt := range tests {
+		var out, errs bytes.Buffer
+		code := Main(tt.args, &out, &errs)
+		if code != tt.code || !strings.Contains(out.String(), tt.out) || !strings.Contains(errs.String(), tt.errs) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d, %q, %q", tt.args, code, out.String(), errs.String(), tt.code, tt.out, tt.errs)
+		}
+	}
+}
+
+// TestFromEnv: MESHCTL_<FLAG> sets what the command line left unset, the
+// command line wins, and a bad value names its variable.
+func TestFromEnv(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	td := fs.String("trust-domain", "cluster.local", "")
+	ttl := fs.Duration("cert-ttl", time.Hour, "")
+	cidrs := newList(fs, "mesh-cidrs", []string{"10.0.0.0/8"}, "")
+	var v int
+	fs.IntVar(&v, "verbosity", 0, "")
+	fs.IntVar(&v, "v", 0, "")
+	if err := fs.Parse([]string{"--trust-domain=flag.example", "-v", "1"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"MESHCTL_TRUST_DOMAIN": "env.example",
+		"MESHCTL_CERT_TTL":     "2h",
+		"MESHCTL_MESH_CIDRS":   "10.1.0.0/16,fd00::/64",
+		"MESHCTL_VERBOSITY":    "3",
+	}
+	lookup := func(k string) (string, bool) { s, ok := env[k]; return s, ok }
+	if err := fromEnv(fs, lookup); err != nil {
+		t.Fatal(err)
+	}
+	if *td != "flag.example" || *ttl != 2*time.Hour || !slices.Equal(*cidrs, []string{"10.1.0.0/16", "fd00::/64"}) || v != 1 {
+		t.Errorf("trust-domain %q cert-ttl %v mesh-cidrs %q verbosity %d", *td, *ttl, *cidrs, v)
+	}
+	env = map[string]string{"MESHCTL_CERT_TTL": "soon"}
+	fs = flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.Duration("cert-ttl", time.Hour, "")
+	if err := fromEnv(fs, lookup); err == nil || !strings.Contains(err.Error(), `MESHCTL_CERT_TTL="soon"`) {
+		t.Errorf("bad duration in the environment: %v", err)
+	}
+}
+
+// TestList: the first use replaces the default, later ones append, as
+// pflag's StringSlice did for these flags.
+func TestList(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{"kube-system"}},
+		{[]string{"--ns=a,b"}, []string{"a", "b"}},
+		{[]string{"--ns", "a", "--ns", " b , c "}, []string{"a", "b", "c"}},
+		{[]string{"--ns="}, nil},
+	} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		got := newList(fs, "ns", []string{"kube-system"}, "")
+		if err := fs.Parse(tt.args); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(*got, tt.want) {
+			t.Errorf("%q: %q, want %q", tt.args, *got, tt.want)
+		}
+	}
+}
