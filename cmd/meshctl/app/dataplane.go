@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,36 +50,51 @@ func newDataplaneCommand(g *globals) *cobra.Command {
 // where one line per event, key=value, is what `kubectl logs` readers want.
 func (g *globals) slogger() *slog.Logger {
 	level := slog.LevelInfo
-	if g.settings.GetInt("verbosity") >= 2 {
+	if g.opts.Verbosity >= 2 {
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(g.streams.Err, &slog.HandlerOptions{Level: level}))
 }
 
+// installCNIOptions are dataplane install-cni's flags.
+type installCNIOptions struct {
+	CNIConfDir        string
+	HostCNIConfDir    string
+	CNIBinDir         string
+	PluginBinary      string
+	ServiceAccountDir string
+	AgentSocket       string
+	ExcludeNamespaces []string
+	RepairThrottle    time.Duration
+	ReadyAddr         string
+	DaemonSet         string
+	Namespace         string
+}
+
 func newInstallCNICommand(g *globals) *cobra.Command {
+	o := &installCNIOptions{}
 	cmd := &cobra.Command{
 		Use:   "install-cni",
 		Short: "Install meshctl's CNI plugin on this node and keep it installed",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s := g.settings
 			log := g.slogger()
 			opts := []installcni.Option{
-				installcni.WithCNIConfDir(s.GetString("cni-conf-dir")),
-				installcni.WithHostCNIConfDir(s.GetString("host-cni-conf-dir")),
-				installcni.WithCNIBinDir(s.GetString("cni-bin-dir")),
-				installcni.WithAgentSocket(s.GetString("agent-socket")),
-				installcni.WithServiceAccountDir(s.GetString("service-account-dir")),
-				installcni.WithExcludeNamespaces(s.GetStringSlice("exclude-namespaces")...),
-				installcni.WithRepairThrottle(s.GetDuration("repair-throttle")),
-				installcni.WithReadyAddr(s.GetString("ready-addr")),
+				installcni.WithCNIConfDir(o.CNIConfDir),
+				installcni.WithHostCNIConfDir(o.HostCNIConfDir),
+				installcni.WithCNIBinDir(o.CNIBinDir),
+				installcni.WithAgentSocket(o.AgentSocket),
+				installcni.WithServiceAccountDir(o.ServiceAccountDir),
+				installcni.WithExcludeNamespaces(o.ExcludeNamespaces...),
+				installcni.WithRepairThrottle(o.RepairThrottle),
+				installcni.WithReadyAddr(o.ReadyAddr),
 				installcni.WithLogger(log),
 			}
-			if b := s.GetString("plugin-binary"); b != "" {
-				opts = append(opts, installcni.WithPluginBinary(b))
+			if o.PluginBinary != "" {
+				opts = append(opts, installcni.WithPluginBinary(o.PluginBinary))
 			}
-			if ds := s.GetString("daemonset"); ds != "" {
-				check, err := upgradeCheck(podNamespace(s.GetString("namespace")), ds, log)
+			if ds := o.DaemonSet; ds != "" {
+				check, err := upgradeCheck(podNamespace(o.Namespace), ds, log)
 				if err != nil {
 					return err
 				}
@@ -89,18 +103,18 @@ func newInstallCNICommand(g *globals) *cobra.Command {
 			return installcni.Run(cmd.Context(), opts...)
 		},
 	}
-	f := cmd.Flags()
-	f.String("cni-conf-dir", "/host/etc/cni/net.d", "the host's CNI config dir as mounted in this container")
-	f.String("host-cni-conf-dir", "/etc/cni/net.d", "the same dir as the host sees it")
-	f.String("cni-bin-dir", "/host/opt/cni/bin", "the host's CNI bin dir as mounted in this container")
-	f.String("plugin-binary", "", "binary to install as the plugin (default: this executable)")
-	f.String("service-account-dir", "/var/run/secrets/kubernetes.io/serviceaccount", "the mounted service account, whose token and CA go into the plugin's kubeconfig")
-	f.String("agent-socket", "/var/run/meshctl/pluginevent.sock", "node agent socket the plugin posts pods to (a host path)")
-	f.StringSlice("exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed")
-	f.Duration("repair-throttle", time.Second, "minimum time between two repairs of the CNI config")
-	f.String("ready-addr", ":15022", "serve GET /readyz here: 200 while the plugin is chained")
-	f.String("daemonset", "", "this Pod's DaemonSet: while it exists, exiting is an upgrade and the plugin stays installed")
-	f.String("namespace", "", "this Pod's namespace (default: $POD_NAMESPACE)")
+	f := flags{cmd.Flags()}
+	f.stringVar(&o.CNIConfDir, "cni-conf-dir", "/host/etc/cni/net.d", "the host's CNI config dir as mounted in this container")
+	f.stringVar(&o.HostCNIConfDir, "host-cni-conf-dir", "/etc/cni/net.d", "the same dir as the host sees it")
+	f.stringVar(&o.CNIBinDir, "cni-bin-dir", "/host/opt/cni/bin", "the host's CNI bin dir as mounted in this container")
+	f.stringVar(&o.PluginBinary, "plugin-binary", "", "binary to install as the plugin (default: this executable)")
+	f.stringVar(&o.ServiceAccountDir, "service-account-dir", "/var/run/secrets/kubernetes.io/serviceaccount", "the mounted service account, whose token and CA go into the plugin's kubeconfig")
+	f.stringVar(&o.AgentSocket, "agent-socket", "/var/run/meshctl/pluginevent.sock", "node agent socket the plugin posts pods to (a host path)")
+	f.stringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed")
+	f.durationVar(&o.RepairThrottle, "repair-throttle", time.Second, "minimum time between two repairs of the CNI config")
+	f.stringVar(&o.ReadyAddr, "ready-addr", ":15022", "serve GET /readyz here: 200 while the plugin is chained")
+	f.stringVar(&o.DaemonSet, "daemonset", "", "this Pod's DaemonSet: while it exists, exiting is an upgrade and the plugin stays installed")
+	f.stringVar(&o.Namespace, "namespace", "", "this Pod's namespace (default: $POD_NAMESPACE)")
 	return cmd
 }
 
@@ -132,88 +146,111 @@ func upgradeCheck(ns, daemonset string, log *slog.Logger) (func() bool, error) {
 	}, nil
 }
 
+// nodeAgentOptions are dataplane node-agent's flags.
+type nodeAgentOptions struct {
+	NodeName          string
+	ExcludeNamespaces []string
+	AgentSocket       string
+	ZDSSocket         string
+	StateDir          string
+	ProcRoot          string
+	MetricsAddr       string
+}
+
 func newNodeAgentCommand(g *globals) *cobra.Command {
+	o := &nodeAgentOptions{}
 	cmd := &cobra.Command{
 		Use:   "node-agent",
 		Short: "Mesh this node's pods and serve ZDS to the node proxy",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s := g.settings
-			node := firstNonEmpty(s.GetString("node-name"), os.Getenv("NODE_NAME"))
+			node := firstNonEmpty(o.NodeName, os.Getenv("NODE_NAME"))
 			if node == "" {
 				return errors.New("node name not set: set --node-name or NODE_NAME (downward API spec.nodeName)")
 			}
 			return nodeagent.Run(cmd.Context(),
 				nodeagent.WithNodeName(node),
-				nodeagent.WithExcludeNamespaces(s.GetStringSlice("exclude-namespaces")...),
-				nodeagent.WithPluginSocket(s.GetString("agent-socket")),
-				nodeagent.WithZDSSocket(s.GetString("zds-socket")),
-				nodeagent.WithStateDir(s.GetString("state-dir")),
-				nodeagent.WithProcRoot(s.GetString("proc-root")),
-				nodeagent.WithMetricsAddr(s.GetString("metrics-addr")),
+				nodeagent.WithExcludeNamespaces(o.ExcludeNamespaces...),
+				nodeagent.WithPluginSocket(o.AgentSocket),
+				nodeagent.WithZDSSocket(o.ZDSSocket),
+				nodeagent.WithStateDir(o.StateDir),
+				nodeagent.WithProcRoot(o.ProcRoot),
+				nodeagent.WithMetricsAddr(o.MetricsAddr),
 				nodeagent.WithLogger(g.slogger()),
 			)
 		},
 	}
-	f := cmd.Flags()
-	f.String("node-name", "", "this node's name (default: $NODE_NAME)")
-	f.StringSlice("exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed")
-	f.String("agent-socket", "/var/run/meshctl/pluginevent.sock", "unix socket the CNI plugin posts pods to")
-	f.String("zds-socket", zds.DefaultSocketPath, "unix socket the node proxy connects to (ZDS)")
-	f.String("state-dir", "/var/run/meshctl/agent", "host dir remembering meshed pods across restarts")
-	f.String("proc-root", "/proc", "the host's procfs (the Pod needs hostPID)")
-	f.String("metrics-addr", ":15014", "serve Prometheus metrics here (empty: off)")
+	f := flags{cmd.Flags()}
+	f.stringVar(&o.NodeName, "node-name", "", "this node's name (default: $NODE_NAME)")
+	f.stringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed")
+	f.stringVar(&o.AgentSocket, "agent-socket", "/var/run/meshctl/pluginevent.sock", "unix socket the CNI plugin posts pods to")
+	f.stringVar(&o.ZDSSocket, "zds-socket", zds.DefaultSocketPath, "unix socket the node proxy connects to (ZDS)")
+	f.stringVar(&o.StateDir, "state-dir", "/var/run/meshctl/agent", "host dir remembering meshed pods across restarts")
+	f.stringVar(&o.ProcRoot, "proc-root", "/proc", "the host's procfs (the Pod needs hostPID)")
+	f.stringVar(&o.MetricsAddr, "metrics-addr", ":15014", "serve Prometheus metrics here (empty: off)")
 	return cmd
 }
 
+// proxyOptions are dataplane proxy's flags.
+type proxyOptions struct {
+	ZDSSocket   string
+	TrustDomain string
+	MeshCIDRs   []netip.Prefix
+	CertTTL     time.Duration
+	AdminAddr   string
+	MetricsAddr string
+	ReadyAddr   string
+}
+
 func newProxyCommand(g *globals) *cobra.Command {
+	o := &proxyOptions{}
 	cmd := &cobra.Command{
 		Use:   "proxy",
 		Short: "Run the HBONE node proxy for the pods the node agent hands over",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s := g.settings
-			var cidrs []netip.Prefix
-			for _, c := range s.GetStringSlice("mesh-cidrs") {
-				p, err := netip.ParsePrefix(strings.TrimSpace(c))
-				if err != nil {
-					return fmt.Errorf("--mesh-cidrs: %w", err)
-				}
-				cidrs = append(cidrs, p)
-			}
 			cs, err := inClusterClient()
 			if err != nil {
 				return err
 			}
 			return proxy.Run(cmd.Context(),
-				proxy.WithWorkloadEvents(proxy.ZDS(s.GetString("zds-socket"))),
-				proxy.WithTrustDomain(s.GetString("trust-domain")),
-				proxy.WithFetcher(csr.NewClient(cs, csr.WithTTL(s.GetDuration("cert-ttl")))),
-				proxy.WithAddresses(s.GetString("admin-addr"), s.GetString("metrics-addr"), s.GetString("ready-addr")),
-				proxy.WithMeshCIDRs(cidrs...),
+				proxy.WithWorkloadEvents(proxy.ZDS(o.ZDSSocket)),
+				proxy.WithTrustDomain(o.TrustDomain),
+				proxy.WithFetcher(csr.NewClient(cs, csr.WithTTL(o.CertTTL))),
+				proxy.WithAddresses(o.AdminAddr, o.MetricsAddr, o.ReadyAddr),
+				proxy.WithMeshCIDRs(o.MeshCIDRs...),
 				proxy.WithLogger(g.slogger()),
 			)
 		},
 	}
-	f := cmd.Flags()
-	f.String("zds-socket", zds.DefaultSocketPath, "the node agent's ZDS socket")
-	f.String("trust-domain", "cluster.local", "the mesh trust domain")
-	f.StringSlice("mesh-cidrs", nil, "destinations sent over HBONE to <ip>:15008 (the mesh's pod CIDRs)")
-	f.Duration("cert-ttl", 24*time.Hour, "requested workload certificate lifetime")
-	f.String("admin-addr", "127.0.0.1:15000", "admin server (/config_dump): keep it on localhost")
-	f.String("metrics-addr", ":15020", "Prometheus metrics")
-	f.String("ready-addr", ":15021", "readiness (/healthz/ready)")
+	f := flags{cmd.Flags()}
+	f.stringVar(&o.ZDSSocket, "zds-socket", zds.DefaultSocketPath, "the node agent's ZDS socket")
+	f.stringVar(&o.TrustDomain, "trust-domain", "cluster.local", "the mesh trust domain")
+	f.add(&prefixListValue{p: &o.MeshCIDRs}, "mesh-cidrs", "", "destinations sent over HBONE to <ip>:15008 (the mesh's pod CIDRs)")
+	f.durationVar(&o.CertTTL, "cert-ttl", 24*time.Hour, "requested workload certificate lifetime")
+	f.stringVar(&o.AdminAddr, "admin-addr", "127.0.0.1:15000", "admin server (/config_dump): keep it on localhost")
+	f.stringVar(&o.MetricsAddr, "metrics-addr", ":15020", "Prometheus metrics")
+	f.stringVar(&o.ReadyAddr, "ready-addr", ":15021", "readiness (/healthz/ready)")
 	return cmd
 }
 
+// signerOptions are dataplane signer's flags.
+type signerOptions struct {
+	CacertsDir  string
+	SignerName  string
+	TrustDomain string
+	ProxyUsers  []string
+	MaxTTL      time.Duration
+}
+
 func newSignerCommand(g *globals) *cobra.Command {
+	o := &signerOptions{}
 	cmd := &cobra.Command{
 		Use:   "signer",
 		Short: "Approve and sign workload CSRs with the cluster intermediate",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s := g.settings
-			c, err := loadCacerts(s.GetString("cacerts-dir"))
+			c, err := loadCacerts(o.CacertsDir)
 			if err != nil {
 				return err
 			}
@@ -221,27 +258,27 @@ func newSignerCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			users := s.GetStringSlice("proxy-users")
+			users := o.ProxyUsers
 			if len(users) == 0 {
 				return errors.New("--proxy-users is empty: no node proxy could ever obtain a certificate")
 			}
 			log := g.slogger()
-			log.Info("signer starting", "signerName", s.GetString("signer-name"), "proxyUsers", users)
+			log.Info("signer starting", "signerName", o.SignerName, "proxyUsers", users)
 			return signer.New(cs, c,
-				signer.WithSignerName(s.GetString("signer-name")),
-				signer.WithTrustDomain(s.GetString("trust-domain")),
+				signer.WithSignerName(o.SignerName),
+				signer.WithTrustDomain(o.TrustDomain),
 				signer.WithProxyUsers(users...),
-				signer.WithMaxTTL(s.GetDuration("max-ttl")),
+				signer.WithMaxTTL(o.MaxTTL),
 				signer.WithLogger(log),
 			).Run(cmd.Context())
 		},
 	}
-	f := cmd.Flags()
-	f.String("cacerts-dir", "/etc/cacerts", "the cluster's cacerts Secret as mounted (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem)")
-	f.String("signer-name", csr.SignerName, "the certificates.k8s.io signerName served")
-	f.String("trust-domain", "cluster.local", "trust domain of issued identities")
-	f.StringSlice("proxy-users", nil, "users allowed to request workload identities (system:serviceaccount:<ns>:<node proxy sa>)")
-	f.Duration("max-ttl", 24*time.Hour, "longest certificate lifetime issued")
+	f := flags{cmd.Flags()}
+	f.stringVar(&o.CacertsDir, "cacerts-dir", "/etc/cacerts", "the cluster's cacerts Secret as mounted (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem)")
+	f.stringVar(&o.SignerName, "signer-name", csr.SignerName, "the certificates.k8s.io signerName served")
+	f.stringVar(&o.TrustDomain, "trust-domain", "cluster.local", "trust domain of issued identities")
+	f.stringSliceVar(&o.ProxyUsers, "proxy-users", nil, "users allowed to request workload identities (system:serviceaccount:<ns>:<node proxy sa>)")
+	f.durationVar(&o.MaxTTL, "max-ttl", 24*time.Hour, "longest certificate lifetime issued")
 	return cmd
 }
 

@@ -10,15 +10,12 @@ import (
 )
 
 func newListCommand(g *globals) *cobra.Command {
+	var output string
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List kind clusters and the environments they belong to",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := g.outputFormat()
-			if err != nil {
-				return err
-			}
 			all, err := g.provider().List(cmd.Context())
 			if err != nil {
 				return err
@@ -26,7 +23,7 @@ func newListCommand(g *globals) *cobra.Command {
 			if all == nil {
 				all = []cluster.Existing{}
 			}
-			return print(g.streams.Out, format, all, func(w io.Writer) error {
+			return print(g.streams.Out, output, all, func(w io.Writer) error {
 				t := newTable(w, "ENV", "CLUSTER", "KIND CLUSTER", "NETWORK", "ROLES")
 				for _, e := range all {
 					switch {
@@ -43,6 +40,6 @@ func newListCommand(g *globals) *cobra.Command {
 			})
 		},
 	}
-	addOutputFlag(cmd)
+	addOutputFlag(flags{cmd.Flags()}, &output)
 	return cmd
 }

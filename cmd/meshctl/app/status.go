@@ -10,25 +10,29 @@ import (
 	"github.com/meshctl/meshctl/pkg/cluster"
 )
 
+// statusOptions are status's flags.
+type statusOptions struct {
+	RegistryName string
+	Output       string
+}
+
 func newStatusCommand(g *globals) *cobra.Command {
+	o := &statusOptions{}
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the clusters, nodes, networks and subnets of an environment",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := g.outputFormat()
+			res, err := g.provider().Status(cmd.Context(), g.opts.Env, o.RegistryName)
 			if err != nil {
 				return err
 			}
-			res, err := g.provider().Status(cmd.Context(), g.settings.GetString("env"), g.settings.GetString("registry-name"))
-			if err != nil {
-				return err
-			}
-			return print(g.streams.Out, format, res, func(w io.Writer) error { return printStatus(w, res) })
+			return print(g.streams.Out, o.Output, res, func(w io.Writer) error { return printStatus(w, res) })
 		},
 	}
-	cmd.Flags().String("registry-name", cluster.DefaultRegistryName, "name of the registry container")
-	addOutputFlag(cmd)
+	f := flags{cmd.Flags()}
+	f.stringVar(&o.RegistryName, "registry-name", cluster.DefaultRegistryName, "name of the registry container")
+	addOutputFlag(f, &o.Output)
 	return cmd
 }
 

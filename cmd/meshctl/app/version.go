@@ -11,27 +11,24 @@ import (
 )
 
 func newVersionCommand(g *globals) *cobra.Command {
+	var output string
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print meshctl's version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := g.outputFormat()
-			if err != nil {
-				return err
-			}
 			v := struct {
 				Version string `json:"version"`
 				Go      string `json:"go"`
 				OS      string `json:"os"`
 				Arch    string `json:"arch"`
 			}{version.String(), runtime.Version(), runtime.GOOS, runtime.GOARCH}
-			return print(g.streams.Out, format, v, func(w io.Writer) error {
+			return print(g.streams.Out, output, v, func(w io.Writer) error {
 				_, err := fmt.Fprintf(w, "meshctl %s (%s, %s/%s)\n", v.Version, v.Go, v.OS, v.Arch)
 				return err
 			})
 		},
 	}
-	addOutputFlag(cmd)
+	addOutputFlag(flags{cmd.Flags()}, &output)
 	return cmd
 }
