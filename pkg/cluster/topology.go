@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/meshctl/meshctl/internal/fsutil"
 )
 
 // Roles a cluster can play in a mesh, as Istio's multicluster models name them.
@@ -84,7 +86,7 @@ var topologyKeys = map[string]string{
 // LoadTopology reads a topology file: Istio's JSON array of clusters, or the
 // same array written as YAML.
 func LoadTopology(path string) ([]Spec, error) {
-	data, err := os.ReadFile(path)
+	data, err := fsutil.ReadFile(path, fsutil.MaxInputSize)
 	if err != nil {
 		return nil, fmt.Errorf("reading topology: %w", err)
 	}

@@ -9,8 +9,13 @@ import (
 	"github.com/meshctl/meshctl/pkg/cluster"
 )
 
+// listOptions are list's flags.
+type listOptions struct {
+	Output string
+}
+
 func newListCommand(g *globals) *cobra.Command {
-	var output string
+	o := &listOptions{}
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List kind clusters and the environments they belong to",
@@ -23,7 +28,7 @@ func newListCommand(g *globals) *cobra.Command {
 			if all == nil {
 				all = []cluster.Existing{}
 			}
-			return print(g.streams.Out, output, all, func(w io.Writer) error {
+			return print(g.streams.Out, o.Output, all, func(w io.Writer) error {
 				t := newTable(w, "ENV", "CLUSTER", "KIND CLUSTER", "NETWORK", "ROLES")
 				for _, e := range all {
 					switch {
@@ -40,6 +45,6 @@ func newListCommand(g *globals) *cobra.Command {
 			})
 		},
 	}
-	addOutputFlag(flags{cmd.Flags()}, &output)
+	addOutputFlag(flags{cmd.Flags()}, &o.Output)
 	return cmd
 }

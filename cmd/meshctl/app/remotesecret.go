@@ -12,8 +12,13 @@ import (
 	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
 )
 
+// remoteSecretOptions are remote-secret's flags.
+type remoteSecretOptions struct {
+	Output string
+}
+
 func newRemoteSecretCommand(g *globals) *cobra.Command {
-	var output string
+	o := &remoteSecretOptions{}
 	cmd := &cobra.Command{
 		Use:   "remote-secret CLUSTER",
 		Short: "Print the Istio remote secret that gives other clusters read access to CLUSTER",
@@ -35,10 +40,10 @@ token: treat it as a credential.`,
 			if err != nil {
 				return err
 			}
-			return printRemoteSecret(g.streams.Out, output, s)
+			return printRemoteSecret(g.streams.Out, o.Output, s)
 		},
 	}
-	flags{cmd.Flags()}.outputVar(&output, outputYAML, outputJSON)
+	flags{cmd.Flags()}.outputVar(&o.Output, outputYAML, outputJSON)
 	return cmd
 }
 

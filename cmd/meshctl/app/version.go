@@ -10,8 +10,13 @@ import (
 	"github.com/meshctl/meshctl/pkg/version"
 )
 
+// versionOptions are version's flags.
+type versionOptions struct {
+	Output string
+}
+
 func newVersionCommand(g *globals) *cobra.Command {
-	var output string
+	o := &versionOptions{}
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print meshctl's version",
@@ -23,12 +28,12 @@ func newVersionCommand(g *globals) *cobra.Command {
 				OS      string `json:"os"`
 				Arch    string `json:"arch"`
 			}{version.String(), runtime.Version(), runtime.GOOS, runtime.GOARCH}
-			return print(g.streams.Out, output, v, func(w io.Writer) error {
+			return print(g.streams.Out, o.Output, v, func(w io.Writer) error {
 				_, err := fmt.Fprintf(w, "meshctl %s (%s, %s/%s)\n", v.Version, v.Go, v.OS, v.Arch)
 				return err
 			})
 		},
 	}
-	addOutputFlag(flags{cmd.Flags()}, &output)
+	addOutputFlag(flags{cmd.Flags()}, &o.Output)
 	return cmd
 }
