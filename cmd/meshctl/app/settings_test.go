@@ -124,6 +124,7 @@ func TestBadFlagValues(t *testing.T) {
 		{[]string{"up", "--workers", "10000000", "--dry-run"}, `invalid argument "10000000" for "--workers" flag: must be at most 32`},
 		{[]string{"up", "--workers", "-1", "--dry-run"}, `invalid argument "-1" for "--workers" flag: must be at least 0`},
 		{[]string{"up", "--clusters", "65", "--dry-run"}, `invalid argument "65" for "--clusters" flag: must be at most 64`},
+		{[]string{"up", "--clusters", "8", "--workers", "32", "--dry-run"}, "the plan has 264 nodes: more than the 256 meshctl runs on one machine"},
 		{[]string{"up", "--dry-run=maybe"}, `invalid argument "maybe" for "--dry-run" flag: want true or false`},
 		{[]string{"up", "--image", strings.Repeat("x", 513), "--dry-run"}, `for "--image" flag: 513 bytes long: an image reference is at most 512`},
 		{[]string{"up", "--registry-port", "0", "--dry-run"}, `for "--registry-port" flag: must be at least 1`},
