@@ -1,5 +1,7 @@
-// Package fsutil writes files the way keys and kubeconfigs must be written:
-// atomically, with their mode set before any byte lands.
+// Package fsutil writes files the way keys and kubeconfigs must be written
+// (atomically, with their mode set before any byte lands) and reads the
+// files people hand meshctl the way untrusted input must be read (regular
+// files only, through a size limit).
 package fsutil
 
 import (

@@ -89,16 +89,16 @@ var topologyKeys = map[string]string{
 // under ten clusters; anything far beyond is a mistake (--topology
 // /dev/zero, a log file), refused before it is read into memory.
 const (
-	MaxTopologyBytes   = 1 << 20
+	MaxTopologyBytes   = fsutil.MaxInputSize
 	MaxTopologyEntries = 100
 )
 
 // LoadTopology reads a topology file: Istio's JSON array of clusters, or the
 // same array written as YAML.
 func LoadTopology(path string) ([]Spec, error) {
-	data, err := fsutil.ReadRegularFile(path, MaxTopologyBytes)
+	data, err := fsutil.ReadFile(path, MaxTopologyBytes)
 	if err != nil {
-		return nil, fmt.Errorf("topology: %w", err)
+		return nil, fmt.Errorf("reading topology: %w", err)
 	}
 	specs, err := ParseTopology(data)
 	if err != nil {

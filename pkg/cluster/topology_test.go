@@ -220,7 +220,7 @@ func TestLoadTopologyRefusesNonRegularAndHugeFiles(t *testing.T) {
 	for _, tc := range []struct{ path, want string }{
 		{fifo, "not a regular file (a named pipe)"},
 		{"/dev/zero", "not a regular file (a character device)"},
-		{huge, "is more than the limit of 1048576"},
+		{huge, "larger than the limit of 4 MiB"},
 	} {
 		_, err := LoadTopology(tc.path)
 		if err == nil || !strings.Contains(err.Error(), tc.path) || !strings.Contains(err.Error(), tc.want) {

@@ -54,18 +54,28 @@ func Run(ctx context.Context, args []string, s Streams, newProvider func(...clus
 	return 1
 }
 
-// globals are the settings every command shares.
+// globals are what every command shares: the streams, the provider, and the
+// root's options with the logger they configure.
 type globals struct {
 	streams     Streams
 	newProvider func(...cluster.ProviderOption) *cluster.Provider
-	settings    *settings
+	opts        rootOptions
 	logger      *cli.Logger
+}
+
+// rootOptions are the root command's persistent flags.
+type rootOptions struct {
+	Config    string
+	Env       string
+	Artifacts string
+	Verbosity int
+	Quiet     bool
 }
 
 func (g *globals) provider() *cluster.Provider {
 	return g.newProvider(
 		cluster.ProviderWithLogger(g.logger),
-		cluster.ProviderWithArtifacts(g.settings.GetString("artifacts")),
+		cluster.ProviderWithArtifacts(g.opts.Artifacts),
 	)
 }
 
@@ -83,26 +93,24 @@ Flags win over environment variables, which win over the config file.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := loadSettings(cmd)
-			if err != nil {
+			if err := loadSettings(cmd, &g.opts.Config); err != nil {
 				return err
 			}
-			g.settings = s
 			out, isFile := g.streams.Err.(*os.File)
 			g.logger = cli.NewLogger(g.streams.Err,
-				cli.WithVerbosity(s.GetInt("verbosity")),
-				cli.WithQuiet(s.GetBool("quiet")),
+				cli.WithVerbosity(g.opts.Verbosity),
+				cli.WithQuiet(g.opts.Quiet),
 				cli.WithColor(isFile && isatty.IsTerminal(out.Fd())),
 			)
 			return nil
 		},
 	}
-	pf := root.PersistentFlags()
-	pf.String("config", "", "meshctl config file (YAML; keys are flag names)")
-	pf.String("env", cluster.DefaultEnv, "environment name: environments with different names live side by side")
-	pf.String("artifacts", cluster.DefaultArtifacts, "directory for kubeconfigs, logs and other artifacts")
-	pf.IntP("verbosity", "v", 0, "log verbosity: 1 shows each cluster's progress, 2 and more shows details")
-	pf.BoolP("quiet", "q", false, "print only errors and the result")
+	pf, o := flags{root.PersistentFlags()}, &g.opts
+	pf.stringVar(&o.Config, "config", "", "meshctl config file (YAML; keys are flag names)")
+	pf.stringVar(&o.Env, "env", cluster.DefaultEnv, "environment name: environments with different names live side by side")
+	pf.stringVar(&o.Artifacts, "artifacts", cluster.DefaultArtifacts, "directory for kubeconfigs, logs and other artifacts")
+	pf.intVarP(&o.Verbosity, "verbosity", "v", 0, unboundedLo, unboundedHi, "log verbosity: 1 shows each cluster's progress, 2 and more shows details")
+	pf.boolVarP(&o.Quiet, "quiet", "q", false, "print only errors and the result")
 	root.AddCommand(
 		newUpCommand(g),
 		newDownCommand(g),

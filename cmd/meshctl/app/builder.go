@@ -3,7 +3,6 @@ package app
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -12,43 +11,36 @@ import (
 	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
-// builder is pkg/mesh's Builder configured from the command's flags: the
-// values flags, the gateway flags, the image and install flags — each only
-// where the command has it. Flags are read here, before anything changes,
-// so a bad combination fails first.
-func (g *globals) builder(cmd *cobra.Command, opts ...mesh.Option) (*mesh.Builder, error) {
-	s := g.settings
-	has := func(name string) bool { return cmd.Flags().Lookup(name) != nil }
-	all := []mesh.Option{mesh.WithLogger(g.logger), mesh.WithArtifacts(s.GetString("artifacts"))}
-	if has("values") {
-		vopts, err := g.valuesOptions(cmd)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, mesh.WithValues(vopts...))
-		// Given addresses are also told to the builder as such, so the
-		// gateways connect discovers never override them.
-		for _, gw := range g.stringArray(cmd, "gateway-address") {
-			network, addr, _ := strings.Cut(gw, "=")
-			all = append(all, mesh.WithGatewayAddress(network, addr))
-		}
+// meshFlags are the flag groups of a command that drives pkg/mesh; a nil
+// group is one the command does not have.
+type meshFlags struct {
+	values   *valuesFlags
+	gateways *gatewayFlags
+	install  *installFlags
+}
+
+// builder is pkg/mesh's Builder configured from the command's flag groups.
+// Everything is resolved here, before anything changes, so a bad
+// combination fails first.
+func (g *globals) builder(m meshFlags, opts ...mesh.Option) (*mesh.Builder, error) {
+	all := []mesh.Option{mesh.WithLogger(g.logger), mesh.WithArtifacts(g.opts.Artifacts)}
+	if m.values != nil {
+		all = append(all, m.values.meshOptions()...)
 	}
-	if has("gateway-timeout") {
-		gwOpts, err := g.gatewayOptions()
+	if m.gateways != nil {
+		gwOpts, err := m.gateways.options(g.logger)
 		if err != nil {
 			return nil, err
 		}
 		all = append(all, mesh.WithGatewayOptions(gwOpts...))
 	}
-	if has("install-timeout") {
-		all = append(all, mesh.WithInstallTimeout(s.GetDuration("install-timeout")))
-	}
-	if has("dataplane-binary") {
-		if b := s.GetString("dataplane-binary"); b != "" {
-			all = append(all, mesh.WithImage(image.WithBinary(b)))
+	if i := m.install; i != nil {
+		all = append(all, mesh.WithInstallTimeout(i.Timeout))
+		if i.DataplaneBinary != "" {
+			all = append(all, mesh.WithImage(image.WithBinary(i.DataplaneBinary)))
 		}
-		if r := s.GetString("image-registry"); r != "" {
-			all = append(all, mesh.WithImageRegistry(r))
+		if i.ImageRegistry != "" {
+			all = append(all, mesh.WithImageRegistry(i.ImageRegistry))
 		}
 	}
 	return mesh.New(g.provider(), append(all, opts...)...), nil
@@ -76,7 +68,7 @@ func stepHint(err error) error {
 // environmentPlan is the plan of an environment that exists: what install
 // and uninstall work on.
 func (g *globals) environmentPlan(cmd *cobra.Command) (*cluster.Plan, error) {
-	env := g.settings.GetString("env")
+	env := g.opts.Env
 	cs, err := g.provider().Environment(cmd.Context(), env)
 	if err != nil {
 		return nil, err

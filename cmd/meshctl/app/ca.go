@@ -10,7 +10,17 @@ import (
 	"github.com/meshctl/meshctl/pkg/install/meshca"
 )
 
+// caOptions are ca's flags.
+type caOptions struct {
+	plan                 planFlags
+	Rotate               bool
+	RootLifetime         time.Duration
+	IntermediateLifetime time.Duration
+	Output               string
+}
+
 func newCACommand(g *globals) *cobra.Command {
+	o := &caOptions{}
 	cmd := &cobra.Command{
 		Use:   "ca",
 		Short: "Create (or reuse) the environment's root CA and each cluster's intermediate",
@@ -27,11 +37,7 @@ are renewed, and the output says why. --rotate renews everything.`,
   meshctl ca --rotate`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := g.outputFormat()
-			if err != nil {
-				return err
-			}
-			plan, err := g.plan()
+			plan, err := g.plan(&o.plan, nil)
 			if err != nil {
 				return err
 			}
@@ -39,25 +45,24 @@ are renewed, and the output says why. --rotate renews everything.`,
 			for _, c := range plan.Clusters {
 				names = append(names, c.Name)
 			}
-			s := g.settings
-			res, err := meshca.New(meshca.Dir(s.GetString("artifacts"), plan.Env),
+			res, err := meshca.New(meshca.Dir(g.opts.Artifacts, plan.Env),
 				meshca.WithName(plan.Env),
-				meshca.WithRotate(s.GetBool("rotate")),
-				meshca.WithRootLifetime(s.GetDuration("root-lifetime")),
-				meshca.WithIntermediateLifetime(s.GetDuration("intermediate-lifetime")),
+				meshca.WithRotate(o.Rotate),
+				meshca.WithRootLifetime(o.RootLifetime),
+				meshca.WithIntermediateLifetime(o.IntermediateLifetime),
 			).Ensure(names...)
 			if err != nil {
 				return err
 			}
-			return print(g.streams.Out, format, res, func(w io.Writer) error { return printCA(w, res) })
+			return print(g.streams.Out, o.Output, res, func(w io.Writer) error { return printCA(w, res) })
 		},
 	}
-	f := cmd.Flags()
-	addPlanFlags(f)
-	f.Bool("rotate", false, "renew the root and every intermediate, even if valid")
-	f.Duration("root-lifetime", meshca.DefaultRootLifetime, "lifetime of a new root CA")
-	f.Duration("intermediate-lifetime", meshca.DefaultIntermediateLifetime, "lifetime of a new intermediate CA (cut short where the root expires first)")
-	addOutputFlag(cmd)
+	f := flags{cmd.Flags()}
+	o.plan.addFlags(f)
+	f.boolVar(&o.Rotate, "rotate", false, "renew the root and every intermediate, even if valid")
+	f.durationVar(&o.RootLifetime, "root-lifetime", meshca.DefaultRootLifetime, "lifetime of a new root CA")
+	f.durationVar(&o.IntermediateLifetime, "intermediate-lifetime", meshca.DefaultIntermediateLifetime, "lifetime of a new intermediate CA (cut short where the root expires first)")
+	addOutputFlag(f, &o.Output)
 	return cmd
 }
 

@@ -65,7 +65,7 @@ func TestCABadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"ca", "-o", "xml"}, `unknown output format "xml"`},
-		{[]string{"ca", "--clusters", "0"}, "--clusters must be at least 1"},
+		{[]string{"ca", "--clusters", "0"}, `invalid argument "0" for "--clusters" flag: must be at least 1`},
 		{[]string{"ca", "--root-lifetime", "0s", "--artifacts", t.TempDir()}, "CA lifetimes must be positive"},
 	} {
 		code, out, errOut := run(t, tt.args...)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -21,7 +22,15 @@ func newCheckCommand(g *globals) *cobra.Command {
 	return cmd
 }
 
+// checkConnectivityOptions are check connectivity's flags.
+type checkConnectivityOptions struct {
+	Image   string
+	Timeout time.Duration
+	Output  string
+}
+
 func newCheckConnectivityCommand(g *globals) *cobra.Command {
+	o := &checkConnectivityOptions{}
 	cmd := &cobra.Command{
 		Use:   "connectivity",
 		Short: "Prove pod-to-pod and pod-to-service traffic between the clusters of a network",
@@ -38,23 +47,18 @@ fails; the output names each failed pair and what nc said.`,
   meshctl check connectivity --env ci -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := g.outputFormat()
-			if err != nil {
-				return err
-			}
-			s := g.settings
 			status := cli.NewStatus(g.logger)
 			status.Start("Checking connectivity between the pods of every cluster")
 			res, err := check.New(g.provider(),
 				check.WithLogger(g.logger),
-				check.WithImage(s.GetString("image")),
-				check.WithTimeout(s.GetDuration("timeout")),
-			).Check(cmd.Context(), s.GetString("env"))
+				check.WithImage(o.Image),
+				check.WithTimeout(o.Timeout),
+			).Check(cmd.Context(), g.opts.Env)
 			status.End(err == nil && res.OK)
 			if err != nil {
 				return err
 			}
-			if err := print(g.streams.Out, format, res, func(w io.Writer) error { return printCheck(w, res) }); err != nil {
+			if err := print(g.streams.Out, o.Output, res, func(w io.Writer) error { return printCheck(w, res) }); err != nil {
 				return err
 			}
 			if failed := res.Failed(); len(failed) > 0 {
@@ -67,10 +71,10 @@ fails; the output names each failed pair and what nc said.`,
 			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.String("image", check.DefaultImage, "image of the server and client pods (needs busybox sh and nc; pulled only if not on the node)")
-	f.Duration("timeout", check.DefaultTimeout, "how long to wait for pods to start and probes to finish")
-	addOutputFlag(cmd)
+	f := flags{cmd.Flags()}
+	f.imageVar(&o.Image, "image", check.DefaultImage, "image of the server and client pods (needs busybox sh and nc; pulled only if not on the node)")
+	f.durationVar(&o.Timeout, "timeout", check.DefaultTimeout, "how long to wait for pods to start and probes to finish")
+	addOutputFlag(f, &o.Output)
 	return cmd
 }
 

@@ -11,7 +11,15 @@ import (
 	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
+// connectOptions are connect's flags.
+type connectOptions struct {
+	RemoteSecrets bool
+	gateways      gatewayFlags
+	Output        string
+}
+
 func newConnectCommand(g *globals) *cobra.Command {
+	o := &connectOptions{}
 	cmd := &cobra.Command{
 		Use:   "connect",
 		Short: "Route clusters on one network to each other; give clusters on different networks east-west gateways",
@@ -41,26 +49,23 @@ Then every primary gets, for each other cluster, an Istio remote secret
 cluster's API server on the kind network as its reader service account.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := g.outputFormat()
+			b, err := g.builder(meshFlags{gateways: &o.gateways}, mesh.WithRemoteSecrets(o.RemoteSecrets))
 			if err != nil {
 				return err
 			}
-			b, err := g.builder(cmd, mesh.WithRemoteSecrets(g.settings.GetBool("remote-secrets")))
-			if err != nil {
-				return err
-			}
-			res, err := b.Connect(cmd.Context(), g.settings.GetString("env"))
+			res, err := b.Connect(cmd.Context(), g.opts.Env)
 			if err != nil {
 				return stepHint(err)
 			}
 			out := &connectResult{Result: res.Routes, Gateways: res.Gateways}
 			out.RemoteSecrets = res.RemoteSecrets
-			return print(g.streams.Out, format, out, func(w io.Writer) error { return printConnectOutput(w, out) })
+			return print(g.streams.Out, o.Output, out, func(w io.Writer) error { return printConnectOutput(w, out) })
 		},
 	}
-	cmd.Flags().Bool("remote-secrets", true, "install Istio remote secrets, so that each control plane reads the other clusters (as meshctl remote-secret prints them)")
-	addGatewayFlags(cmd.Flags())
-	addOutputFlag(cmd)
+	f := flags{cmd.Flags()}
+	f.boolVar(&o.RemoteSecrets, "remote-secrets", true, "install Istio remote secrets, so that each control plane reads the other clusters (as meshctl remote-secret prints them)")
+	o.gateways.addFlags(f)
+	addOutputFlag(f, &o.Output)
 	return cmd
 }
 

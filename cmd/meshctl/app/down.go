@@ -11,7 +11,17 @@ import (
 	"github.com/meshctl/meshctl/pkg/install/installer"
 )
 
+// downOptions are down's flags.
+type downOptions struct {
+	Registry      bool
+	UninstallOnly bool
+	RegistryName  string
+	install       installFlags // the timeout only
+	Output        string
+}
+
 func newDownCommand(g *globals) *cobra.Command {
+	o := &downOptions{}
 	cmd := &cobra.Command{
 		Use:   "down [KIND-CLUSTER...]",
 		Short: "Delete every kind cluster of an environment; uninstall from existing ones",
@@ -30,24 +40,19 @@ kind clusters and keeps them.`,
   meshctl down --env ci --registry
   meshctl down --uninstall-only`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := g.outputFormat()
-			if err != nil {
-				return err
-			}
 			var opts []cluster.DownOption
-			if g.settings.GetBool("registry") {
-				opts = append(opts, cluster.DownWithRegistry(g.settings.GetString("registry-name")))
+			if o.Registry {
+				opts = append(opts, cluster.DownWithRegistry(o.RegistryName))
 			}
-			uninstallOnly := g.settings.GetBool("uninstall-only")
-			opts = append(opts, cluster.DownWithClusters(args...), cluster.DownWithUninstallOnly(uninstallOnly))
-			if err := g.uninstallKept(cmd, uninstallOnly); err != nil {
+			opts = append(opts, cluster.DownWithClusters(args...), cluster.DownWithUninstallOnly(o.UninstallOnly))
+			if err := g.uninstallKept(cmd, o); err != nil {
 				return err
 			}
-			res, err := g.provider().Down(cmd.Context(), g.settings.GetString("env"), opts...)
+			res, err := g.provider().Down(cmd.Context(), g.opts.Env, opts...)
 			if err != nil {
 				return err
 			}
-			return print(g.streams.Out, format, res, func(w io.Writer) error {
+			return print(g.streams.Out, o.Output, res, func(w io.Writer) error {
 				switch {
 				case len(res.Deleted) > 0:
 					fmt.Fprintf(w, "Deleted %s.\n", strings.Join(res.Deleted, ", "))
@@ -65,11 +70,12 @@ kind clusters and keeps them.`,
 			})
 		},
 	}
-	cmd.Flags().Bool("registry", false, "also delete the local registry container")
-	cmd.Flags().Bool("uninstall-only", false, "keep the kind clusters too: only remove what meshctl installed (as down always does for existing clusters)")
-	cmd.Flags().String("registry-name", cluster.DefaultRegistryName, "name of the registry container")
-	cmd.Flags().Duration("install-timeout", installer.DefaultTimeout, "how long each chart's uninstall may take (existing clusters, --uninstall-only)")
-	addOutputFlag(cmd)
+	f := flags{cmd.Flags()}
+	f.boolVar(&o.Registry, "registry", false, "also delete the local registry container")
+	f.boolVar(&o.UninstallOnly, "uninstall-only", false, "keep the kind clusters too: only remove what meshctl installed (as down always does for existing clusters)")
+	f.stringVar(&o.RegistryName, "registry-name", cluster.DefaultRegistryName, "name of the registry container")
+	o.install.addTimeoutFlag(f, "how long each chart's uninstall may take (existing clusters, --uninstall-only)")
+	addOutputFlag(f, &o.Output)
 	return cmd
 }
 
@@ -77,23 +83,23 @@ kind clusters and keeps them.`,
 // — existing ones, and every one with --uninstall-only — before their
 // labelled objects go: Helm's objects are labelled managed-by=Helm, and
 // deleting them behind Helm's back would leave releases that lie.
-func (g *globals) uninstallKept(cmd *cobra.Command, uninstallOnly bool) error {
+func (g *globals) uninstallKept(cmd *cobra.Command, o *downOptions) error {
 	ctx := cmd.Context()
-	env := g.settings.GetString("env")
+	env := g.opts.Env
 	cs, err := g.provider().Environment(ctx, env)
 	if err != nil {
 		return err
 	}
 	var kept []cluster.ClusterPlan
 	for _, c := range cs {
-		if c.Existing || uninstallOnly {
+		if c.Existing || o.UninstallOnly {
 			kept = append(kept, c)
 		}
 	}
 	if len(kept) == 0 {
 		return nil
 	}
-	b, err := g.builder(cmd)
+	b, err := g.builder(meshFlags{install: &o.install})
 	if err != nil {
 		return err
 	}

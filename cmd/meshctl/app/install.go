@@ -5,15 +5,23 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/meshctl/meshctl/pkg/install/installer"
 	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
+// installOptions are install's flags.
+type installOptions struct {
+	values  valuesFlags
+	install installFlags
+	Output  string
+}
+
 func newInstallCommand(g *globals) *cobra.Command {
+	o := &installOptions{}
 	cmd := &cobra.Command{
 		Use:   "install",
 		Short: "Install meshctl's CNI and HBONE dataplane into every cluster",
@@ -43,15 +51,11 @@ changing anything, unless image.repository is set in the values.`,
   meshctl install --image-registry registry.example.com:5000/mesh`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := g.outputFormat()
-			if err != nil {
-				return err
-			}
 			plan, err := g.environmentPlan(cmd)
 			if err != nil {
 				return err
 			}
-			b, err := g.builder(cmd)
+			b, err := g.builder(meshFlags{values: &o.values, install: &o.install})
 			if err != nil {
 				return err
 			}
@@ -59,24 +63,35 @@ changing anything, unless image.repository is set in the values.`,
 			if err != nil {
 				return err
 			}
-			if err := print(g.streams.Out, format, report, func(w io.Writer) error { return printInstall(w, report) }); err != nil {
+			if err := print(g.streams.Out, o.Output, report, func(w io.Writer) error { return printInstall(w, report) }); err != nil {
 				return err
 			}
 			return installFailed(report)
 		},
 	}
-	f := cmd.Flags()
-	addValuesFlags(f)
-	addInstallFlags(f)
-	addOutputFlag(cmd)
+	f := flags{cmd.Flags()}
+	o.values.addFlags(f)
+	o.install.addFlags(f)
+	addOutputFlag(f, &o.Output)
 	return cmd
 }
 
-// addInstallFlags adds the flags of install that up shares.
-func addInstallFlags(f *pflag.FlagSet) {
-	f.Duration("install-timeout", installer.DefaultTimeout, "how long each chart's install or upgrade may take, waiting for its Pods included")
-	f.String("dataplane-binary", "", "static Linux meshctl binary to build the dataplane image from (default: this one)")
-	f.String("image-registry", "", "push the dataplane image to this registry (HOST[:PORT][/PATH]; credentials as docker push finds them) and run it from there: needed for existing clusters, whose nodes cannot be side-loaded")
+// installFlags are the flags of install that up shares; down and uninstall
+// have the timeout alone.
+type installFlags struct {
+	Timeout         time.Duration
+	DataplaneBinary string
+	ImageRegistry   string
+}
+
+func (o *installFlags) addFlags(f flags) {
+	o.addTimeoutFlag(f, "how long each chart's install or upgrade may take, waiting for its Pods included")
+	f.stringVar(&o.DataplaneBinary, "dataplane-binary", "", "static Linux meshctl binary to build the dataplane image from (default: this one)")
+	f.imageVar(&o.ImageRegistry, "image-registry", "", "push the dataplane image to this registry (HOST[:PORT][/PATH]; credentials as docker push finds them) and run it from there: needed for existing clusters, whose nodes cannot be side-loaded")
+}
+
+func (o *installFlags) addTimeoutFlag(f flags, usage string) {
+	f.durationVar(&o.Timeout, "install-timeout", installer.DefaultTimeout, usage)
 }
 
 // installFailed is install's error once the report is printed: which
@@ -144,7 +159,15 @@ func failedClusters(what string, res *installer.Result) error {
 	return fmt.Errorf("%s failed in cluster(s) %s (see above)", what, strings.Join(failed, ", "))
 }
 
+// uninstallOptions are uninstall's flags.
+type uninstallOptions struct {
+	Namespace string
+	install   installFlags // the timeout only
+	Output    string
+}
+
 func newUninstallCommand(g *globals) *cobra.Command {
+	o := &uninstallOptions{}
 	cmd := &cobra.Command{
 		Use:   "uninstall",
 		Short: "Remove meshctl's CNI and HBONE dataplane from every cluster",
@@ -157,31 +180,27 @@ clusters whose charts are gone; a node where that fails is a warning, not an
 error. The cacerts Secret and the namespace stay.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := g.outputFormat()
-			if err != nil {
-				return err
-			}
 			plan, err := g.environmentPlan(cmd)
 			if err != nil {
 				return err
 			}
-			b, err := g.builder(cmd)
+			b, err := g.builder(meshFlags{install: &o.install})
 			if err != nil {
 				return err
 			}
-			res, err := b.Uninstall(cmd.Context(), plan.Env, plan.Clusters, g.settings.GetString("namespace"))
+			res, err := b.Uninstall(cmd.Context(), plan.Env, plan.Clusters, o.Namespace)
 			if err != nil {
 				return err
 			}
-			if err := print(g.streams.Out, format, res, func(w io.Writer) error { return printReleases(w, res) }); err != nil {
+			if err := print(g.streams.Out, o.Output, res, func(w io.Writer) error { return printReleases(w, res) }); err != nil {
 				return err
 			}
 			return failedClusters("uninstall", res)
 		},
 	}
-	f := cmd.Flags()
-	f.String("namespace", installer.DefaultNamespace, "namespace the charts were installed in (global.istioNamespace)")
-	f.Duration("install-timeout", installer.DefaultTimeout, "how long each chart's uninstall may take")
-	addOutputFlag(cmd)
+	f := flags{cmd.Flags()}
+	f.stringVar(&o.Namespace, "namespace", installer.DefaultNamespace, "namespace the charts were installed in (global.istioNamespace)")
+	o.install.addTimeoutFlag(f, "how long each chart's uninstall may take")
+	addOutputFlag(f, &o.Output)
 	return cmd
 }

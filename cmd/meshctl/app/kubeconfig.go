@@ -4,7 +4,13 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// kubeconfigOptions are kubeconfig's flags.
+type kubeconfigOptions struct {
+	Internal bool
+}
+
 func newKubeconfigCommand(g *globals) *cobra.Command {
+	o := &kubeconfigOptions{}
 	cmd := &cobra.Command{
 		Use:   "kubeconfig CLUSTER",
 		Short: "Print a cluster's kubeconfig (context named after the cluster)",
@@ -15,7 +21,7 @@ the host and from other containers (other clusters' control planes).`,
   meshctl kubeconfig --internal cluster2`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := g.provider().Kubeconfig(cmd.Context(), g.settings.GetString("env"), args[0], g.settings.GetBool("internal"))
+			data, err := g.provider().Kubeconfig(cmd.Context(), g.opts.Env, args[0], o.Internal)
 			if err != nil {
 				return err
 			}
@@ -23,6 +29,6 @@ the host and from other containers (other clusters' control planes).`,
 			return err
 		},
 	}
-	cmd.Flags().Bool("internal", false, "address the API server by its IP on the kind docker network")
+	flags{cmd.Flags()}.boolVar(&o.Internal, "internal", false, "address the API server by its IP on the kind docker network")
 	return cmd
 }

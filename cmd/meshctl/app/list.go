@@ -9,16 +9,18 @@ import (
 	"github.com/meshctl/meshctl/pkg/cluster"
 )
 
+// listOptions are list's flags.
+type listOptions struct {
+	Output string
+}
+
 func newListCommand(g *globals) *cobra.Command {
+	o := &listOptions{}
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List kind clusters and the environments they belong to",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := g.outputFormat()
-			if err != nil {
-				return err
-			}
 			all, err := g.provider().List(cmd.Context())
 			if err != nil {
 				return err
@@ -26,7 +28,7 @@ func newListCommand(g *globals) *cobra.Command {
 			if all == nil {
 				all = []cluster.Existing{}
 			}
-			return print(g.streams.Out, format, all, func(w io.Writer) error {
+			return print(g.streams.Out, o.Output, all, func(w io.Writer) error {
 				t := newTable(w, "ENV", "CLUSTER", "KIND CLUSTER", "NETWORK", "ROLES")
 				for _, e := range all {
 					switch {
@@ -43,6 +45,6 @@ func newListCommand(g *globals) *cobra.Command {
 			})
 		},
 	}
-	addOutputFlag(cmd)
+	addOutputFlag(flags{cmd.Flags()}, &o.Output)
 	return cmd
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 )
 
@@ -16,18 +15,10 @@ const (
 	outputYAML = "yaml"
 )
 
-func addOutputFlag(cmd *cobra.Command) {
-	cmd.Flags().StringP("output", "o", outputText, "output format: text, json or yaml")
-}
-
-// outputFormat validates -o before a command does anything.
-func (g *globals) outputFormat() (string, error) {
-	o := g.settings.GetString("output")
-	switch o {
-	case outputText, outputJSON, outputYAML:
-		return o, nil
-	}
-	return "", fmt.Errorf("unknown output format %q: want text, json or yaml", o)
+// addOutputFlag binds -o (text, json or yaml) to p; the flag's parser
+// refuses any other format before the command does anything.
+func addOutputFlag(f flags, p *string) {
+	f.outputVar(p, outputText, outputJSON, outputYAML)
 }
 
 // print writes v as JSON or YAML, or calls text for people.

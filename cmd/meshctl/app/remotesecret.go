@@ -12,7 +12,13 @@ import (
 	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
 )
 
+// remoteSecretOptions are remote-secret's flags.
+type remoteSecretOptions struct {
+	Output string
+}
+
 func newRemoteSecretCommand(g *globals) *cobra.Command {
+	o := &remoteSecretOptions{}
 	cmd := &cobra.Command{
 		Use:   "remote-secret CLUSTER",
 		Short: "Print the Istio remote secret that gives other clusters read access to CLUSTER",
@@ -29,19 +35,15 @@ token: treat it as a credential.`,
   meshctl remote-secret cluster2 -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format := g.settings.GetString("output")
-			if format != outputYAML && format != outputJSON {
-				return fmt.Errorf("unknown output format %q: want yaml or json", format)
-			}
 			p := g.provider()
-			s, err := remotesecret.New(p, remotesecret.WithLogger(g.logger), remotesecret.WithServerByName(true)).Secret(cmd.Context(), g.settings.GetString("env"), args[0])
+			s, err := remotesecret.New(p, remotesecret.WithLogger(g.logger), remotesecret.WithServerByName(true)).Secret(cmd.Context(), g.opts.Env, args[0])
 			if err != nil {
 				return err
 			}
-			return printRemoteSecret(g.streams.Out, format, s)
+			return printRemoteSecret(g.streams.Out, o.Output, s)
 		},
 	}
-	cmd.Flags().StringP("output", "o", outputYAML, "output format: yaml or json")
+	flags{cmd.Flags()}.outputVar(&o.Output, outputYAML, outputJSON)
 	return cmd
 }
 

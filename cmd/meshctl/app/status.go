@@ -10,29 +10,34 @@ import (
 	"github.com/meshctl/meshctl/pkg/cluster"
 )
 
+// statusOptions are status's flags.
+type statusOptions struct {
+	RegistryName string
+	Check        bool
+	Output       string
+}
+
 func newStatusCommand(g *globals) *cobra.Command {
+	o := &statusOptions{}
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the clusters, nodes, networks and subnets of an environment",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := g.outputFormat()
+			res, err := g.provider().Status(cmd.Context(), g.opts.Env, o.RegistryName)
 			if err != nil {
 				return err
 			}
-			res, err := g.provider().Status(cmd.Context(), g.settings.GetString("env"), g.settings.GetString("registry-name"))
-			if err != nil {
+			if err := print(g.streams.Out, o.Output, res, func(w io.Writer) error { return printStatus(w, res) }); err != nil {
 				return err
 			}
-			if err := print(g.streams.Out, format, res, func(w io.Writer) error { return printStatus(w, res) }); err != nil {
-				return err
-			}
-			return statusCheck(res, g.settings.GetBool("check"))
+			return statusCheck(res, o.Check)
 		},
 	}
-	cmd.Flags().String("registry-name", cluster.DefaultRegistryName, "name of the registry container")
-	cmd.Flags().Bool("check", false, "exit 1, naming every problem, unless the environment is Ready (for scripts)")
-	addOutputFlag(cmd)
+	f := flags{cmd.Flags()}
+	f.stringVar(&o.RegistryName, "registry-name", cluster.DefaultRegistryName, "name of the registry container")
+	f.boolVar(&o.Check, "check", false, "exit 1, naming every problem, unless the environment is Ready (for scripts)")
+	addOutputFlag(f, &o.Output)
 	return cmd
 }
 

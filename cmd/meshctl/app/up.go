@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
@@ -13,7 +14,32 @@ import (
 	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
+// upOptions are up's flags.
+type upOptions struct {
+	plan          planFlags
+	Workers       int
+	Image         string
+	NamePrefix    string
+	DryRun        bool
+	Retain        bool
+	Recreate      bool
+	Wait          time.Duration
+	Connect       bool
+	Cacerts       bool
+	RemoteSecrets bool
+	Install       bool
+	install       installFlags
+	values        valuesFlags
+	Registry      bool
+	RegistryName  string
+	RegistryImage string
+	RegistryPort  int
+	gateways      gatewayFlags
+	Output        string
+}
+
 func newUpCommand(g *globals) *cobra.Command {
+	o := &upOptions{}
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Create (or reuse) the clusters of an environment",
@@ -29,36 +55,32 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
   meshctl up --env ci --config meshctl.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := g.outputFormat()
+			plan, err := g.plan(&o.plan, o)
 			if err != nil {
 				return err
 			}
-			plan, err := g.plan()
-			if err != nil {
-				return err
-			}
-			b, err := g.builder(cmd,
+			b, err := g.builder(meshFlags{values: &o.values, gateways: &o.gateways, install: &o.install},
 				mesh.WithUpOptions(
-					cluster.UpWithRetain(g.settings.GetBool("retain")),
-					cluster.UpWithRecreate(g.settings.GetBool("recreate")),
-					cluster.UpWithWait(g.settings.GetDuration("wait")),
+					cluster.UpWithRetain(o.Retain),
+					cluster.UpWithRecreate(o.Recreate),
+					cluster.UpWithWait(o.Wait),
 				),
-				mesh.WithConnect(g.settings.GetBool("connect")),
-				mesh.WithCacerts(g.settings.GetBool("cacerts")),
-				mesh.WithRemoteSecrets(g.settings.GetBool("remote-secrets")),
-				mesh.WithInstall(g.settings.GetBool("install")),
+				mesh.WithConnect(o.Connect),
+				mesh.WithCacerts(o.Cacerts),
+				mesh.WithRemoteSecrets(o.RemoteSecrets),
+				mesh.WithInstall(o.Install),
 			)
 			if err != nil {
 				return err
 			}
-			if g.settings.GetBool("dry-run") {
-				return print(g.streams.Out, format, newDryRun(plan), func(w io.Writer) error { return printPlan(w, plan) })
+			if o.DryRun {
+				return print(g.streams.Out, o.Output, newDryRun(plan), func(w io.Writer) error { return printPlan(w, plan) })
 			}
 			out, err := b.Up(cmd.Context(), plan)
 			if err != nil {
 				return stepHint(err)
 			}
-			if err := print(g.streams.Out, format, out, func(w io.Writer) error { return printUp(w, out) }); err != nil {
+			if err := print(g.streams.Out, o.Output, out, func(w io.Writer) error { return printUp(w, out) }); err != nil {
 				return err
 			}
 			if out.Install != nil {
@@ -67,65 +89,66 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 			return nil
 		},
 	}
-	f := cmd.Flags()
-	addPlanFlags(f)
-	f.Int("workers", 0, "worker nodes per cluster, besides the control-plane node")
-	f.String("image", "", "kind node image (default: kind's)")
-	f.String("name-prefix", "", `prefix of kind cluster names (default "<env>-", none for the default environment)`)
-	f.Bool("dry-run", false, "print the plan, including each cluster's kind config, and create nothing")
-	f.Bool("retain", false, "keep clusters whose creation failed, for debugging")
-	f.Bool("recreate", false, "delete and recreate existing clusters that differ from the plan")
-	f.Duration("wait", cluster.DefaultWait, "how long to wait for each control plane to be Ready")
-	f.Bool("connect", true, "route pods and services between clusters on the same network, and give clusters on different networks MetalLB and an east-west gateway (as meshctl connect does)")
-	f.Bool("cacerts", true, "give each cluster its intermediate of the environment's shared root CA (istio-system/cacerts; files as meshctl ca makes them)")
-	f.Bool("remote-secrets", true, "install Istio remote secrets, so that each control plane reads the other clusters (as meshctl connect does)")
-	f.Bool("install", true, "install meshctl's CNI and HBONE dataplane (as meshctl install does; --install-timeout and the values flags apply)")
-	addInstallFlags(f)
-	addValuesFlags(f)
-	f.Bool("registry", true, "run a local registry (localhost:<registry-port>) that every node pulls from")
-	f.String("registry-name", cluster.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")
-	f.String("registry-image", cluster.DefaultRegistryImage, "image of the local registry container")
-	f.Int("registry-port", cluster.DefaultRegistryPort, "host port of the local registry")
-	addGatewayFlags(f)
-	addOutputFlag(cmd)
+	f := flags{cmd.Flags()}
+	o.plan.addFlags(f)
+	f.intVar(&o.Workers, "workers", 0, 0, maxWorkers, "worker nodes per cluster, besides the control-plane node")
+	f.imageVar(&o.Image, "image", "", "kind node image (default: kind's)")
+	f.stringVar(&o.NamePrefix, "name-prefix", "", `prefix of kind cluster names (default "<env>-", none for the default environment)`)
+	f.boolVar(&o.DryRun, "dry-run", false, "print the plan, including each cluster's kind config, and create nothing")
+	f.boolVar(&o.Retain, "retain", false, "keep clusters whose creation failed, for debugging")
+	f.boolVar(&o.Recreate, "recreate", false, "delete and recreate existing clusters that differ from the plan")
+	f.durationVar(&o.Wait, "wait", cluster.DefaultWait, "how long to wait for each control plane to be Ready")
+	f.boolVar(&o.Connect, "connect", true, "route pods and services between clusters on the same network, and give clusters on different networks MetalLB and an east-west gateway (as meshctl connect does)")
+	f.boolVar(&o.Cacerts, "cacerts", true, "give each cluster its intermediate of the environment's shared root CA (istio-system/cacerts; files as meshctl ca makes them)")
+	f.boolVar(&o.RemoteSecrets, "remote-secrets", true, "install Istio remote secrets, so that each control plane reads the other clusters (as meshctl connect does)")
+	f.boolVar(&o.Install, "install", true, "install meshctl's CNI and HBONE dataplane (as meshctl install does; --install-timeout and the values flags apply)")
+	o.install.addFlags(f)
+	o.values.addFlags(f)
+	f.boolVar(&o.Registry, "registry", true, "run a local registry (localhost:<registry-port>) that every node pulls from")
+	f.stringVar(&o.RegistryName, "registry-name", cluster.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")
+	f.imageVar(&o.RegistryImage, "registry-image", cluster.DefaultRegistryImage, "image of the local registry container")
+	f.intVar(&o.RegistryPort, "registry-port", cluster.DefaultRegistryPort, 1, 65535, "host port of the local registry")
+	o.gateways.addFlags(f)
+	addOutputFlag(f, &o.Output)
 	return cmd
 }
 
-// plan builds and validates the plan from flags, environment and files.
-func (g *globals) plan() (*cluster.Plan, error) {
-	s := g.settings
-	// 0 means "not given" to the library (a topology sets the count); a 0
-	// the user did give is a mistake worth saying so.
-	for _, k := range []string{"clusters", "networks"} {
-		if s.IsSet(k) && s.GetInt(k) < 1 {
-			return nil, fmt.Errorf("--%s must be at least 1, got %d", k, s.GetInt(k))
+// plan builds and validates the plan from the plan flags and, for up, the
+// rest of up's (nil for the commands that have only the plan flags).
+func (g *globals) plan(p *planFlags, up *upOptions) (*cluster.Plan, error) {
+	req := p.request(g.opts.Env)
+	if up != nil {
+		req.Workers = up.Workers
+		req.Image = up.Image
+		req.Registry = cluster.Registry{
+			Enabled: up.Registry,
+			Name:    up.RegistryName,
+			Image:   up.RegistryImage,
+			Port:    up.RegistryPort,
+		}
+		if up.NamePrefix != "" {
+			req.NamePrefix = &up.NamePrefix
 		}
 	}
-	req := cluster.Request{
-		Env:      s.GetString("env"),
-		Clusters: s.GetInt("clusters"),
-		Networks: s.GetInt("networks"),
-		Workers:  s.GetInt("workers"),
-		IPFamily: s.GetString("ip-family"),
-		Image:    s.GetString("image"),
-		Registry: cluster.Registry{
-			Enabled: s.GetBool("registry"),
-			Name:    s.GetString("registry-name"),
-			Image:   s.GetString("registry-image"),
-			Port:    s.GetInt("registry-port"),
-		},
-	}
-	if p := s.GetString("name-prefix"); p != "" {
-		req.NamePrefix = &p
-	}
-	if path := s.GetString("topology"); path != "" {
-		specs, err := cluster.LoadTopology(path)
+	if p.Topology != "" {
+		specs, err := cluster.LoadTopology(p.Topology)
 		if err != nil {
 			return nil, err
 		}
 		req.Specs = specs
 	}
-	return cluster.NewPlan(req)
+	plan, err := cluster.NewPlan(req)
+	if err != nil {
+		return nil, err
+	}
+	nodes := 0
+	for _, c := range plan.Clusters {
+		nodes += c.ControlPlanes + c.Workers
+	}
+	if nodes > maxNodes {
+		return nil, fmt.Errorf("the plan has %d nodes: more than the %d meshctl runs on one machine", nodes, maxNodes)
+	}
+	return plan, nil
 }
 
 // dryRun is the plan as -o json|yaml prints it: each cluster with its

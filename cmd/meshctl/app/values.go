@@ -21,7 +21,16 @@ func newValuesCommand(g *globals) *cobra.Command {
 	return cmd
 }
 
+// valuesRenderOptions are values render's flags.
+type valuesRenderOptions struct {
+	plan    planFlags
+	Cluster string
+	values  valuesFlags
+	Output  string
+}
+
 func newValuesRenderCommand(g *globals) *cobra.Command {
+	o := &valuesRenderOptions{}
 	cmd := &cobra.Command{
 		Use:   "render",
 		Short: "Print each cluster's Helm values",
@@ -42,37 +51,29 @@ headed by a comment naming it; -o json prints one object keyed by cluster.`,
   meshctl values render --profile ambient -f mine.yaml --set global.logging.level=debug`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format := g.settings.GetString("output")
-			if format != outputYAML && format != outputJSON {
-				return fmt.Errorf("unknown output format %q: want yaml or json", format)
-			}
-			plan, err := g.plan()
-			if err != nil {
-				return err
-			}
-			opts, err := g.valuesOptions(cmd)
+			plan, err := g.plan(&o.plan, nil)
 			if err != nil {
 				return err
 			}
 			var only []string
-			if c := g.settings.GetString("cluster"); c != "" {
-				only = append(only, c)
+			if o.Cluster != "" {
+				only = append(only, o.Cluster)
 			}
-			out, err := values.New(opts...).Render(plan, only...)
+			out, err := values.New(o.values.rendererOptions()...).Render(plan, only...)
 			if err != nil {
 				return err
 			}
-			if format == outputJSON {
+			if o.Output == outputJSON {
 				return printValuesJSON(g.streams.Out, out)
 			}
 			return printValuesYAML(g.streams.Out, out)
 		},
 	}
-	f := cmd.Flags()
-	addPlanFlags(f)
-	f.String("cluster", "", "only this cluster (default: every cluster)")
-	addValuesFlags(f)
-	f.StringP("output", "o", outputYAML, "output format: yaml or json")
+	f := flags{cmd.Flags()}
+	o.plan.addFlags(f)
+	f.stringVar(&o.Cluster, "cluster", "", "only this cluster (default: every cluster)")
+	o.values.addFlags(f)
+	f.outputVar(&o.Output, outputYAML, outputJSON)
 	return cmd
 }
 
@@ -98,15 +99,4 @@ func printValuesJSON(w io.Writer, clusters []values.Cluster) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(byName)
-}
-
-// stringArray reads a repeatable flag. Given on the command line, it comes
-// straight from the flag: viper would split a --set of a={x,y} at its comma.
-// Otherwise it comes from the config file (a YAML list) or the environment.
-func (g *globals) stringArray(cmd *cobra.Command, name string) []string {
-	if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
-		v, _ := cmd.Flags().GetStringArray(name)
-		return v
-	}
-	return g.settings.GetStringSlice(name)
 }

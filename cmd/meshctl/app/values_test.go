@@ -77,7 +77,7 @@ func TestValuesBadInput(t *testing.T) {
 		{[]string{"values", "render", "--profile", "nope"}, `unknown profile "nope": want one of ambient, default`},
 		{[]string{"values", "render", "-o", "text"}, `unknown output format "text": want yaml or json`},
 		{[]string{"values", "render", "--networks", "2"}, "--networks 2 exceeds --clusters 1"},
-		{[]string{"values", "render", "--gateway-address", "10.0.0.1"}, `--gateway-address "10.0.0.1": want NETWORK=ADDRESS`},
+		{[]string{"values", "render", "--gateway-address", "10.0.0.1"}, `invalid argument "10.0.0.1" for "--gateway-address" flag: want NETWORK=ADDRESS`},
 		{[]string{"values", "render", "--clusters", "2", "--networks", "2", "--gateway-address", "network-3=10.0.0.1"}, `gateway address for unknown network "network-3": the networks are network-1, network-2`},
 	}
 	for _, tt := range tests {

@@ -1,39 +1,49 @@
 package app
 
 import (
-	"fmt"
-	"strings"
-
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-
 	"github.com/meshctl/meshctl/pkg/install/values"
+	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
-// addValuesFlags adds the flags valuesOptions reads: `values render` prints
-// exactly the values `install` installs from the same flags.
-func addValuesFlags(f *pflag.FlagSet) {
-	f.StringArrayP("values", "f", nil, "values file to merge, as helm -f (repeatable; later files win)")
-	f.StringArray("set", nil, "value to set, as helm --set: a.b=1,c={x,y} (repeatable; applied after every file)")
-	f.String("profile", values.DefaultProfile, "values profile (values/<name>.yaml), e.g. default or ambient")
-	f.String("mesh-id", values.DefaultMeshID, "global.meshID")
-	f.StringArray("gateway-address", nil, "known address of a network's east-west gateway, NETWORK=ADDRESS (repeatable): used instead of the gateway service")
+// valuesFlags configure the values renderer: `values render` prints exactly
+// the values `install` installs from the same settings.
+type valuesFlags struct {
+	Files            []string
+	Sets             []string
+	Profile          string
+	MeshID           string
+	GatewayAddresses []gatewayAddress
 }
 
-// valuesOptions builds the values renderer's options from addValuesFlags'.
-func (g *globals) valuesOptions(cmd *cobra.Command) ([]values.Option, error) {
+func (o *valuesFlags) addFlags(f flags) {
+	f.stringArrayVarP(&o.Files, "values", "f", "values file to merge, as helm -f (repeatable; later files win)")
+	f.stringArrayVarP(&o.Sets, "set", "", "value to set, as helm --set: a.b=1,c={x,y} (repeatable; applied after every file)")
+	f.stringVar(&o.Profile, "profile", values.DefaultProfile, "values profile (values/<name>.yaml), e.g. default or ambient")
+	f.stringVar(&o.MeshID, "mesh-id", values.DefaultMeshID, "global.meshID")
+	f.add(&gatewayAddressValue{p: &o.GatewayAddresses}, "gateway-address", "", "known address of a network's east-west gateway, NETWORK=ADDRESS (repeatable): used instead of the gateway service")
+}
+
+// rendererOptions are the values renderer's options.
+func (o *valuesFlags) rendererOptions() []values.Option {
 	opts := []values.Option{
-		values.WithProfile(g.settings.GetString("profile")),
-		values.WithMeshID(g.settings.GetString("mesh-id")),
-		values.WithFiles(g.stringArray(cmd, "values")...),
-		values.WithSet(g.stringArray(cmd, "set")...),
+		values.WithProfile(o.Profile),
+		values.WithMeshID(o.MeshID),
+		values.WithFiles(o.Files...),
+		values.WithSet(o.Sets...),
 	}
-	for _, gw := range g.stringArray(cmd, "gateway-address") {
-		network, addr, ok := strings.Cut(gw, "=")
-		if !ok || network == "" || addr == "" {
-			return nil, fmt.Errorf("--gateway-address %q: want NETWORK=ADDRESS", gw)
-		}
-		opts = append(opts, values.WithGatewayAddress(network, addr))
+	for _, gw := range o.GatewayAddresses {
+		opts = append(opts, values.WithGatewayAddress(gw.Network, gw.Address))
 	}
-	return opts, nil
+	return opts
+}
+
+// meshOptions are pkg/mesh's options: the values, and the given gateway
+// addresses as such too, so the gateways connect discovers never override
+// them.
+func (o *valuesFlags) meshOptions() []mesh.Option {
+	opts := []mesh.Option{mesh.WithValues(o.rendererOptions()...)}
+	for _, gw := range o.GatewayAddresses {
+		opts = append(opts, mesh.WithGatewayAddress(gw.Network, gw.Address))
+	}
+	return opts
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"sort"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"helm.sh/helm/v3/pkg/strvals"
 	"sigs.k8s.io/yaml"
 
+	"github.com/meshctl/meshctl/internal/fsutil"
 	"github.com/meshctl/meshctl/pkg/cluster"
 	embedded "github.com/meshctl/meshctl/values"
 )
@@ -203,7 +203,7 @@ func (r *Renderer) readProfile(name string) (map[string]any, error) {
 func (r *Renderer) userValues() (map[string]any, error) {
 	base := map[string]any{}
 	for _, f := range r.files {
-		data, err := os.ReadFile(f)
+		data, err := fsutil.ReadFile(f, fsutil.MaxInputSize)
 		if err != nil {
 			return nil, fmt.Errorf("reading values file: %w", err)
 		}

@@ -1,5 +1,0 @@
-//go:build !unix
-
-package fsutil
-
-const openNonblock = 0

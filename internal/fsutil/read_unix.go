@@ -1,7 +1,0 @@
-//go:build unix
-
-package fsutil
-
-import "syscall"
-
-const openNonblock = syscall.O_NONBLOCK
