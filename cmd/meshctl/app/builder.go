@@ -51,6 +51,9 @@ func (g *globals) builder(cmd *cobra.Command, opts ...mesh.Option) (*mesh.Builde
 			all = append(all, mesh.WithImageRegistry(r))
 		}
 	}
+	if has("istio") {
+		all = append(all, g.istioOptions()...)
+	}
 	return mesh.New(g.provider(), append(all, opts...)...), nil
 }
 

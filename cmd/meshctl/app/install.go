@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -68,6 +69,7 @@ changing anything, unless image.repository is set in the values.`,
 	f := cmd.Flags()
 	addValuesFlags(f)
 	addInstallFlags(f)
+	addIstioFlags(f)
 	addOutputFlag(cmd)
 	return cmd
 }
@@ -82,10 +84,33 @@ func addInstallFlags(f *pflag.FlagSet) {
 // installFailed is install's error once the report is printed: which
 // clusters failed.
 func installFailed(r *mesh.InstallReport) error {
-	return failedClusters("install", &installer.Result{Clusters: r.Clusters})
+	cs := r.Clusters
+	if r.Istio != nil {
+		cs = append(slices.Clone(cs), r.Istio.Clusters...)
+	}
+	return failedClusters("install", &installer.Result{Clusters: cs})
 }
 
 func printInstall(w io.Writer, r *mesh.InstallReport) error {
+	if r.Image != "" {
+		if err := printDataplane(w, r); err != nil {
+			return err
+		}
+	}
+	if r.Istio != nil {
+		if r.Image != "" {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "Istio's charts from %s, istiod image %s\n", r.Istio.Charts, strings.Join(r.Istio.Images, ", "))
+		if n := len(r.Istio.ImageLoaded); n > 0 {
+			fmt.Fprintf(w, "Side-loaded into %d kind node(s) (%d had it)\n", n, len(r.Istio.ImagePresent))
+		}
+		return printReleases(w, &installer.Result{Clusters: r.Istio.Clusters})
+	}
+	return nil
+}
+
+func printDataplane(w io.Writer, r *mesh.InstallReport) error {
 	fmt.Fprintf(w, "Dataplane image %s (%s)\n", r.Image, r.ImageID)
 	if r.Pushed != "" {
 		fmt.Fprintf(w, "Pushed as %s\n", r.Pushed)

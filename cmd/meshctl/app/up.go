@@ -81,6 +81,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 	f.Bool("remote-secrets", true, "install Istio remote secrets, so that each control plane reads the other clusters (as meshctl connect does)")
 	f.Bool("install", true, "install meshctl's CNI and HBONE dataplane (as meshctl install does; --install-timeout and the values flags apply)")
 	addInstallFlags(f)
+	addIstioFlags(f)
 	addValuesFlags(f)
 	f.Bool("registry", true, "run a local registry (localhost:<registry-port>) that every node pulls from")
 	f.String("registry-name", cluster.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")
