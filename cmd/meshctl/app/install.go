@@ -37,11 +37,21 @@ Existing clusters (a topology entry with meta.kubeconfig) have nodes that are
 not containers on this machine: with --image-registry the image is pushed
 there and every cluster runs it under that name (kind nodes still get it
 side-loaded, so they never pull); without it, install refuses them before
-changing anything, unless image.repository is set in the values.`,
+changing anything, unless image.repository is set in the values.
+
+With --istio, Istio's own control plane follows: Istio's base and istiod
+charts (releases istio-base and istiod) from --istio-charts (default: the
+istio.io/istio module download of the version meshctl is tested with), each
+cluster with exactly the values 'meshctl values render' gives it, images from
+--istio-hub/--istio-tag (default: the offline build of make e2e-env,
+side-loaded into kind nodes from the host's Docker). Clusters that run their
+own control plane go first, in parallel, then the remotes.`,
 		Example: `  meshctl install
   meshctl install --env ci --set global.logging.level=debug -o json
   meshctl install --dataplane-binary _output/bin/meshctl
-  meshctl install --image-registry registry.example.com:5000/mesh`,
+  meshctl install --image-registry registry.example.com:5000/mesh
+  meshctl install --istio
+  meshctl install --istio --istio-hub docker.io/istio --istio-tag 1.29.0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			format, err := g.outputFormat()
@@ -179,7 +189,9 @@ each node's CNI config as its Pods stop. Charts that are not installed are
 reported, not an error. Then the dataplane image meshctl side-loaded
 (docker.io/meshctl/dataplane:<version>) is removed from the nodes of the kind
 clusters whose charts are gone; a node where that fails is a warning, not an
-error. The cacerts Secret and the namespace stay.`,
+error. Istio's releases (istiod, istio-base; --istio) go first, remotes before
+their primaries, and are listed only where they were installed. The cacerts
+Secret and the namespace stay.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			format, err := g.outputFormat()
