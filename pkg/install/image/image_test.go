@@ -548,7 +548,9 @@ func TestFromArchive(t *testing.T) {
 	if err := img.Load(context.Background(), r, Node{Cluster: "c1", Name: "c1-control-plane"}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(r.calls["c1/c1-control-plane"])), nil })
+	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(r.calls["c1/c1-control-plane"])), nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
