@@ -36,13 +36,19 @@ type InstallReport struct {
 	ImageLoaded  []string                  `json:"imageLoaded,omitempty"`
 	ImagePresent []string                  `json:"imagePresent,omitempty"`
 	Clusters     []installer.ClusterResult `json:"clusters"`
+	// Istio is Istio's control plane (WithIstio).
+	Istio *IstioReport `json:"istio,omitempty"`
 }
 
 // Failed lists the clusters whose install failed.
 func (r *InstallReport) Failed() []string {
 	var out []string
-	for _, c := range r.Clusters {
-		if c.Error != "" {
+	cs := r.Clusters
+	if r.Istio != nil {
+		cs = append(slices.Clone(cs), r.Istio.Clusters...)
+	}
+	for _, c := range cs {
+		if c.Error != "" && !slices.Contains(out, c.Cluster) {
 			out = append(out, c.Cluster)
 		}
 	}
@@ -54,13 +60,32 @@ func (r *InstallReport) Failed() []string {
 // (side-loaded into kind nodes, pushed with WithImageRegistry), then the
 // charts. Input is checked in full before anything is changed: the error is
 // about input or reachability, per-cluster failures are in the report (see
-// InstallReport.Failed).
+// InstallReport.Failed). With WithIstio, Istio's control plane follows
+// (see InstallIstio); WithInstall(false) leaves the dataplane out.
 func (b *Builder) Install(ctx context.Context, plan *cluster.Plan, gateways ...gateway.ClusterResult) (*InstallReport, error) {
 	ctx, unlock, err := b.lock(ctx, plan.Env, "install")
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	report := &InstallReport{Env: plan.Env, Clusters: []installer.ClusterResult{}}
+	if b.o.install {
+		var err error
+		if report, err = b.installDataplane(ctx, plan, gateways); err != nil {
+			return nil, err
+		}
+	}
+	if b.o.istio != nil {
+		ist, err := b.InstallIstio(ctx, plan, gateways...)
+		if err != nil {
+			return report, err
+		}
+		report.Istio = ist
+	}
+	return report, nil
+}
+
+func (b *Builder) installDataplane(ctx context.Context, plan *cluster.Plan, gateways []gateway.ClusterResult) (*InstallReport, error) {
 	prep, err := b.prepareInstall(plan, gateways)
 	if err != nil {
 		return nil, err
@@ -111,30 +136,24 @@ type preparedInstall struct {
 // without touching any of them, so `up` can refuse bad values, a bad image
 // or an existing cluster without an image source before creating anything.
 func (b *Builder) ValidateInstall(plan *cluster.Plan) error {
-	_, err := b.prepareInstall(plan, nil)
-	return err
+	if b.o.install {
+		if _, err := b.prepareInstall(plan, nil); err != nil {
+			return err
+		}
+	}
+	if b.o.istio != nil {
+		if _, err := b.prepareIstio(context.Background(), plan, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // prepareInstall renders and checks everything Install needs: values
 // against the charts' schemas, the image, and where existing clusters will
 // get the image from.
 func (b *Builder) prepareInstall(plan *cluster.Plan, gateways []gateway.ClusterResult) (*preparedInstall, error) {
-	vopts := append([]values.Option{}, b.o.valuesOpts...)
-	for network, addrs := range b.o.gatewayAddrs {
-		for _, a := range addrs {
-			vopts = append(vopts, values.WithGatewayAddress(network, a))
-		}
-	}
-	// What connect found fills in every network the user did not give.
-	for network, addrs := range (&gateway.Result{Clusters: gateways}).GatewayAddresses() {
-		if _, given := b.o.gatewayAddrs[network]; given {
-			continue
-		}
-		for _, a := range addrs {
-			vopts = append(vopts, values.WithGatewayAddress(network, a))
-		}
-	}
-	rendered, err := values.New(vopts...).Render(plan)
+	rendered, err := b.renderValues(plan, gateways)
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +185,28 @@ func (b *Builder) prepareInstall(plan *cluster.Plan, gateways []gateway.ClusterR
 		return nil, err
 	}
 	return prep, nil
+}
+
+// renderValues renders every cluster's values as `meshctl values render`
+// does, with the east-west gateway addresses the user gave, and those
+// connect found for the other networks.
+func (b *Builder) renderValues(plan *cluster.Plan, gateways []gateway.ClusterResult) ([]values.Cluster, error) {
+	vopts := append([]values.Option{}, b.o.valuesOpts...)
+	for network, addrs := range b.o.gatewayAddrs {
+		for _, a := range addrs {
+			vopts = append(vopts, values.WithGatewayAddress(network, a))
+		}
+	}
+	// What connect found fills in every network the user did not give.
+	for network, addrs := range (&gateway.Result{Clusters: gateways}).GatewayAddresses() {
+		if _, given := b.o.gatewayAddrs[network]; given {
+			continue
+		}
+		for _, a := range addrs {
+			vopts = append(vopts, values.WithGatewayAddress(network, a))
+		}
+	}
+	return values.New(vopts...).Render(plan)
 }
 
 // dataplaneImage builds the image once per Builder: Up validates the install
@@ -212,6 +253,12 @@ func (b *Builder) Uninstall(ctx context.Context, env string, cs []cluster.Cluste
 		targets = append(targets, installer.Target{Cluster: c.Name, Kubeconfig: b.p.KubeconfigPath(env, c.Name, false),
 			Values: map[string]any{"global": map[string]any{"istioNamespace": namespace}}})
 	}
+	// Istio's releases go first (remotes before their primaries); where
+	// there were none, nothing is said.
+	ist, err := b.uninstallIstio(ctx, env, cs, namespace)
+	if err != nil {
+		return nil, err
+	}
 	var res *installer.Result
 	err = b.step(fmt.Sprintf("Uninstalling meshctl's charts from %d cluster(s)", len(targets)), func() error {
 		var err error
@@ -224,6 +271,10 @@ func (b *Builder) Uninstall(ctx context.Context, env string, cs []cluster.Cluste
 		return nil, err
 	}
 	b.removeImage(ctx, env, cs, res)
+	for n, c := range ist.Clusters {
+		res.Clusters[n].Releases = append(c.Releases, res.Clusters[n].Releases...)
+		res.Clusters[n].Error = strings.Trim(c.Error+"; "+res.Clusters[n].Error, "; ")
+	}
 	return res, nil
 }
 

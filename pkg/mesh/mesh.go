@@ -100,6 +100,7 @@ type options struct {
 	imageOpts      []image.Option
 	pushRegistry   string
 	installTimeout time.Duration
+	istio          *istioOptions
 }
 
 // Option configures a Builder.
@@ -192,7 +193,7 @@ func (b *Builder) Up(ctx context.Context, plan *cluster.Plan) (*Result, error) {
 	if b.o.cacerts && b.o.artifacts == "" {
 		return nil, errors.New("mesh: the cacerts step needs WithArtifacts (where the CA files live)")
 	}
-	if b.o.install {
+	if b.o.install || b.o.istio != nil {
 		// Bad values or an image no cluster could get fail here, before
 		// any cluster is created.
 		if err := b.ValidateInstall(plan); err != nil {
@@ -225,7 +226,7 @@ func (b *Builder) Up(ctx context.Context, plan *cluster.Plan) (*Result, error) {
 			return res, &StepError{Env: plan.Env, Step: StepCacerts, Err: err}
 		}
 	}
-	if b.o.install {
+	if b.o.install || b.o.istio != nil {
 		res.Install, err = b.Install(ctx, plan, res.Gateways...)
 		if err != nil {
 			return res, &StepError{Env: plan.Env, Step: StepInstall, Err: err}

@@ -17,6 +17,7 @@ type meshFlags struct {
 	values   *valuesFlags
 	gateways *gatewayFlags
 	install  *installFlags
+	istio    *istioFlags
 }
 
 // builder is pkg/mesh's Builder configured from the command's flag groups.
@@ -43,6 +44,7 @@ func (g *globals) builder(m meshFlags, opts ...mesh.Option) (*mesh.Builder, erro
 			all = append(all, mesh.WithImageRegistry(i.ImageRegistry))
 		}
 	}
+	all = append(all, m.istio.meshOptions()...)
 	return mesh.New(g.provider(), append(all, opts...)...), nil
 }
 

@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 type installOptions struct {
 	values  valuesFlags
 	install installFlags
+	istio   istioFlags
 	Output  string
 }
 
@@ -44,18 +46,28 @@ Existing clusters (a topology entry with meta.kubeconfig) have nodes that are
 not containers on this machine: with --image-registry the image is pushed
 there and every cluster runs it under that name (kind nodes still get it
 side-loaded, so they never pull); without it, install refuses them before
-changing anything, unless image.repository is set in the values.`,
+changing anything, unless image.repository is set in the values.
+
+With --istio, Istio's own control plane follows: Istio's base and istiod
+charts (releases istio-base and istiod) from --istio-charts (default: the
+istio.io/istio module download of the version meshctl is tested with), each
+cluster with exactly the values 'meshctl values render' gives it, images from
+--istio-hub/--istio-tag (default: the offline build of make e2e-env,
+side-loaded into kind nodes from the host's Docker). Clusters that run their
+own control plane go first, in parallel, then the remotes.`,
 		Example: `  meshctl install
   meshctl install --env ci --set global.logging.level=debug -o json
   meshctl install --dataplane-binary _output/bin/meshctl
-  meshctl install --image-registry registry.example.com:5000/mesh`,
+  meshctl install --image-registry registry.example.com:5000/mesh
+  meshctl install --istio
+  meshctl install --istio --istio-hub docker.io/istio --istio-tag 1.29.0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			plan, err := g.environmentPlan(cmd)
 			if err != nil {
 				return err
 			}
-			b, err := g.builder(meshFlags{values: &o.values, install: &o.install})
+			b, err := g.builder(meshFlags{values: &o.values, install: &o.install, istio: &o.istio})
 			if err != nil {
 				return err
 			}
@@ -72,6 +84,7 @@ changing anything, unless image.repository is set in the values.`,
 	f := flags{cmd.Flags()}
 	o.values.addFlags(f)
 	o.install.addFlags(f)
+	o.istio.addFlags(f)
 	addOutputFlag(f, &o.Output)
 	return cmd
 }
@@ -97,10 +110,33 @@ func (o *installFlags) addTimeoutFlag(f flags, usage string) {
 // installFailed is install's error once the report is printed: which
 // clusters failed.
 func installFailed(r *mesh.InstallReport) error {
-	return failedClusters("install", &installer.Result{Clusters: r.Clusters})
+	cs := r.Clusters
+	if r.Istio != nil {
+		cs = append(slices.Clone(cs), r.Istio.Clusters...)
+	}
+	return failedClusters("install", &installer.Result{Clusters: cs})
 }
 
 func printInstall(w io.Writer, r *mesh.InstallReport) error {
+	if r.Image != "" {
+		if err := printDataplane(w, r); err != nil {
+			return err
+		}
+	}
+	if r.Istio != nil {
+		if r.Image != "" {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "Istio's charts from %s, istiod image %s\n", r.Istio.Charts, strings.Join(r.Istio.Images, ", "))
+		if n := len(r.Istio.ImageLoaded); n > 0 {
+			fmt.Fprintf(w, "Side-loaded into %d kind node(s) (%d had it)\n", n, len(r.Istio.ImagePresent))
+		}
+		return printReleases(w, &installer.Result{Clusters: r.Istio.Clusters})
+	}
+	return nil
+}
+
+func printDataplane(w io.Writer, r *mesh.InstallReport) error {
 	fmt.Fprintf(w, "Dataplane image %s (%s)\n", r.Image, r.ImageID)
 	if r.Pushed != "" {
 		fmt.Fprintf(w, "Pushed as %s\n", r.Pushed)
@@ -177,7 +213,9 @@ each node's CNI config as its Pods stop. Charts that are not installed are
 reported, not an error. Then the dataplane image meshctl side-loaded
 (docker.io/meshctl/dataplane:<version>) is removed from the nodes of the kind
 clusters whose charts are gone; a node where that fails is a warning, not an
-error. The cacerts Secret and the namespace stay.`,
+error. Istio's releases (istiod, istio-base; --istio) go first, remotes before
+their primaries, and are listed only where they were installed. The cacerts
+Secret and the namespace stay.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			plan, err := g.environmentPlan(cmd)

@@ -29,6 +29,7 @@ type upOptions struct {
 	RemoteSecrets bool
 	Install       bool
 	install       installFlags
+	istio         istioFlags
 	values        valuesFlags
 	Registry      bool
 	RegistryName  string
@@ -59,7 +60,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 			if err != nil {
 				return err
 			}
-			b, err := g.builder(meshFlags{values: &o.values, gateways: &o.gateways, install: &o.install},
+			b, err := g.builder(meshFlags{values: &o.values, gateways: &o.gateways, install: &o.install, istio: &o.istio},
 				mesh.WithUpOptions(
 					cluster.UpWithRetain(o.Retain),
 					cluster.UpWithRecreate(o.Recreate),
@@ -103,6 +104,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 	f.boolVar(&o.RemoteSecrets, "remote-secrets", true, "install Istio remote secrets, so that each control plane reads the other clusters (as meshctl connect does)")
 	f.boolVar(&o.Install, "install", true, "install meshctl's CNI and HBONE dataplane (as meshctl install does; --install-timeout and the values flags apply)")
 	o.install.addFlags(f)
+	o.istio.addFlags(f)
 	o.values.addFlags(f)
 	f.boolVar(&o.Registry, "registry", true, "run a local registry (localhost:<registry-port>) that every node pulls from")
 	f.stringVar(&o.RegistryName, "registry-name", cluster.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")

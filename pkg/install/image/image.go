@@ -509,3 +509,28 @@ func checkStatic(path string) (string, error) {
 	}
 	return arch, nil
 }
+
+// FromArchive reads an image meshctl did not build — Istio's, saved from
+// the host's Docker — from a docker-archive (`docker save`'s format) holding
+// that one image, and names it ref, so Missing, Load and Remove side-load it
+// as they do the dataplane image.
+func FromArchive(path, ref string) (*Image, error) {
+	tag, err := name.NewTag(ref, name.WithDefaultRegistry(""))
+	if err != nil {
+		return nil, fmt.Errorf("image %s: bad name: %w", ref, err)
+	}
+	img, err := tarball.ImageFromPath(path, nil)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: reading %s: %w", ref, path, err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("image %s: reading %s: %w", ref, path, err)
+	}
+	id, err := img.ConfigName()
+	if err != nil {
+		return nil, fmt.Errorf("image %s: reading %s: %w", ref, path, err)
+	}
+	return &Image{binary: path, repo: tag.RepositoryStr(), tag: tag.TagStr(), ref: tag,
+		img: func() (v1.Image, error) { return img, nil }, arch: cfg.Architecture, id: id.String()}, nil
+}

@@ -624,3 +624,49 @@ func TestMissing(t *testing.T) {
 		t.Errorf("argv %q, want the containerd name and the image ID last", r.argv)
 	}
 }
+
+// TestFromArchive: an image saved by Docker (Istio's pilot, say) side-loads
+// under its own name with its own ID, exactly as saved.
+func TestFromArchive(t *testing.T) {
+	t.Parallel()
+	src, err := New(WithBinary(staticBinary(t)), WithRepository("other/name"), WithTag("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "saved.tar")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.WriteTarball(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	img, err := FromArchive(path, "meshctl/pilot:v0.0.0-1-abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := src.ID()
+	if id, _ := img.ID(); id != want {
+		t.Errorf("ID %s, want the saved image's %s", id, want)
+	}
+	if img.Ref() != "meshctl/pilot:v0.0.0-1-abc" || img.ContainerdRef() != "docker.io/meshctl/pilot:v0.0.0-1-abc" || img.Architecture() != runtime.GOARCH {
+		t.Errorf("Ref %s ContainerdRef %s arch %s", img.Ref(), img.ContainerdRef(), img.Architecture())
+	}
+	r := &recorder{calls: map[string][]byte{}, fail: map[string]bool{}}
+	if err := img.Load(context.Background(), r, Node{Cluster: "c1", Name: "c1-control-plane"}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(r.calls["c1/c1-control-plane"])), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) != 1 || len(m[0].RepoTags) != 1 || m[0].RepoTags[0] != "meshctl/pilot:v0.0.0-1-abc" {
+		t.Errorf("the node got tags %+v, want meshctl/pilot:v0.0.0-1-abc", m)
+	}
+	if _, err := FromArchive(filepath.Join(t.TempDir(), "absent.tar"), "meshctl/pilot:x"); err == nil || !strings.Contains(err.Error(), "meshctl/pilot:x") {
+		t.Errorf("absent archive: %v", err)
+	}
+}

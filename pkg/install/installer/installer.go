@@ -51,12 +51,13 @@ const DefaultTimeout = 5 * time.Minute
 
 // Installer installs and uninstalls the charts.
 type Installer struct {
-	fsys    fs.FS
-	names   []string
-	timeout time.Duration
-	wait    bool
-	poll    time.Duration
-	debug   func(format string, v ...any)
+	fsys     fs.FS
+	names    []string
+	releases []string
+	timeout  time.Duration
+	wait     bool
+	poll     time.Duration
+	debug    func(format string, v ...any)
 }
 
 // Option configures an Installer.
@@ -67,6 +68,11 @@ type Option func(*Installer)
 func WithCharts(fsys fs.FS, names ...string) Option {
 	return func(i *Installer) { i.fsys, i.names = fsys, names }
 }
+
+// WithReleaseNames names the release of each chart, in the order of the
+// charts (default: the chart's name). Istio's charts are installed as
+// istio-base and istiod, as Istio's docs name them.
+func WithReleaseNames(names ...string) Option { return func(i *Installer) { i.releases = names } }
 
 // WithTimeout bounds each release's install or upgrade (default 5m).
 func WithTimeout(d time.Duration) Option { return func(i *Installer) { i.timeout = d } }
@@ -235,6 +241,12 @@ func validate(c *chart.Chart, values map[string]any) error {
 	return nil
 }
 
+// Reachable checks that every target's API server answers, concurrently,
+// naming each that does not.
+func (i *Installer) Reachable(ctx context.Context, targets ...Target) error {
+	return reachable(ctx, targets)
+}
+
 // reachable checks every cluster's API server answers, concurrently.
 func reachable(ctx context.Context, targets []Target) error {
 	return parallel.ForEach(targets, func(t Target) error {
@@ -271,7 +283,7 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*Result, er
 	return i.each(targets, func(t Target, cfg *action.Configuration, ns string) []ReleaseResult {
 		var out []ReleaseResult
 		for n, c := range cs {
-			r := i.installChart(ctx, cfg, ns, c, t.Values)
+			r := i.installChart(ctx, cfg, ns, i.releaseName(n, c), c, t.Values)
 			if r.Error == "" && i.wait {
 				if err := i.waitRelease(ctx, t, ns, r.manifest); err != nil {
 					r.Error = err.Error()
@@ -281,8 +293,8 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*Result, er
 			if r.Error != "" {
 				// The next chart depends on this one (the proxy on the
 				// agent): don't install it over a failure.
-				for _, rest := range cs[n+1:] {
-					out = append(out, ReleaseResult{Name: rest.Name(), Chart: chartRef(rest), Action: ActionSkipped})
+				for k := n + 1; k < len(cs); k++ {
+					out = append(out, ReleaseResult{Name: i.releaseName(k, cs[k]), Chart: chartRef(cs[k]), Action: ActionSkipped})
 				}
 				break
 			}
@@ -299,20 +311,36 @@ func (i *Installer) Uninstall(ctx context.Context, targets ...Target) (*Result, 
 			return nil, fmt.Errorf("cluster %q: no kubeconfig", t.Cluster)
 		}
 	}
-	cs, err := i.Charts()
-	if err != nil {
-		return nil, err
+	// With release names given, uninstalling needs no chart: Istio's
+	// come from a directory that may be gone by now.
+	names, refs := i.releases, make([]string, len(i.releases))
+	if len(names) == 0 {
+		cs, err := i.Charts()
+		if err != nil {
+			return nil, err
+		}
+		for n, c := range cs {
+			names, refs = append(names, i.releaseName(n, c)), append(refs, chartRef(c))
+		}
 	}
 	if err := reachable(ctx, targets); err != nil {
 		return nil, err
 	}
 	return i.each(targets, func(_ Target, cfg *action.Configuration, _ string) []ReleaseResult {
 		var out []ReleaseResult
-		for n := len(cs) - 1; n >= 0; n-- {
-			out = append(out, i.uninstallChart(cfg, cs[n]))
+		for n := len(names) - 1; n >= 0; n-- {
+			out = append(out, i.uninstallRelease(cfg, names[n], refs[n]))
 		}
 		return out
 	}), nil
+}
+
+// releaseName is the release of the n-th chart.
+func (i *Installer) releaseName(n int, c *chart.Chart) string {
+	if n < len(i.releases) && i.releases[n] != "" {
+		return i.releases[n]
+	}
+	return c.Name()
 }
 
 // each runs f for every target concurrently with a Helm configuration for
@@ -387,13 +415,13 @@ func (i *Installer) waitRelease(ctx context.Context, t Target, ns, manifest stri
 
 func chartRef(c *chart.Chart) string { return c.Name() + "-" + c.Metadata.Version }
 
-func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration, ns string, c *chart.Chart, values map[string]any) ReleaseResult {
-	r := ReleaseResult{Name: c.Name(), Chart: chartRef(c)}
+func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration, ns, name string, c *chart.Chart, values map[string]any) ReleaseResult {
+	r := ReleaseResult{Name: name, Chart: chartRef(c)}
 	fail := func(action string, err error) ReleaseResult {
 		r.Action, r.Error = action, shorten(err.Error())
 		return r
 	}
-	last, err := cfg.Releases.Last(c.Name())
+	last, err := cfg.Releases.Last(name)
 	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
 		return fail(ActionFailed, fmt.Errorf("reading release history: %w", err))
 	}
@@ -404,13 +432,13 @@ func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration,
 	}
 	if last == nil || last.Info.Status == release.StatusUninstalled {
 		in := action.NewInstall(cfg)
-		in.ReleaseName, in.Namespace, in.CreateNamespace = c.Name(), ns, true
+		in.ReleaseName, in.Namespace, in.CreateNamespace = name, ns, true
 		// Helm's atomic implies waiting; without waiting, undo by hand.
 		in.Atomic, in.Wait, in.Timeout = i.wait, i.wait, i.timeout
 		rel, err := in.RunWithContext(ctx, c, values)
 		if err != nil {
 			if !i.wait {
-				if _, uerr := action.NewUninstall(cfg).Run(c.Name()); uerr != nil {
+				if _, uerr := action.NewUninstall(cfg).Run(name); uerr != nil {
 					return fail(ActionFailed, fmt.Errorf("install: %w (and removing it again: %w)", err, uerr))
 				}
 			}
@@ -420,19 +448,19 @@ func (i *Installer) installChart(ctx context.Context, cfg *action.Configuration,
 		r.Action, r.Revision, r.manifest = ActionInstalled, rel.Version, rel.Manifest
 		return r
 	}
-	if unchanged, err := i.unchanged(ctx, cfg, ns, c, values, last); err != nil {
+	if unchanged, err := i.unchanged(ctx, cfg, ns, name, c, values, last); err != nil {
 		return fail(ActionFailed, err)
 	} else if unchanged {
 		r.Action, r.Revision, r.manifest = ActionUnchanged, last.Version, last.Manifest
 		return r
 	}
 	up := i.upgrade(cfg, ns)
-	rel, err := up.RunWithContext(ctx, c.Name(), c, values)
+	rel, err := up.RunWithContext(ctx, name, c, values)
 	if err != nil {
 		if !i.wait {
 			rb := action.NewRollback(cfg)
 			rb.Version, rb.Timeout, rb.MaxHistory = last.Version, i.timeout, up.MaxHistory
-			if rerr := rb.Run(c.Name()); rerr != nil {
+			if rerr := rb.Run(name); rerr != nil {
 				return fail(ActionFailed, fmt.Errorf("upgrade: %w (and rolling back: %w)", err, rerr))
 			}
 		}
@@ -489,14 +517,14 @@ func (i *Installer) upgrade(cfg *action.Configuration, ns string) *action.Upgrad
 
 // unchanged reports whether the deployed release already is what an
 // upgrade would produce: same chart version, same values, same manifest.
-func (i *Installer) unchanged(ctx context.Context, cfg *action.Configuration, ns string, c *chart.Chart, values map[string]any, last *release.Release) (bool, error) {
+func (i *Installer) unchanged(ctx context.Context, cfg *action.Configuration, ns, name string, c *chart.Chart, values map[string]any, last *release.Release) (bool, error) {
 	if last.Info.Status != release.StatusDeployed || last.Chart == nil || last.Chart.Metadata.Version != c.Metadata.Version {
 		return false, nil
 	}
 	dry := i.upgrade(cfg, ns)
 	dry.DryRun, dry.DryRunOption = true, "client"
 	dry.Atomic, dry.Wait = false, false
-	rel, err := dry.RunWithContext(ctx, c.Name(), c, values)
+	rel, err := dry.RunWithContext(ctx, name, c, values)
 	if err != nil {
 		return false, fmt.Errorf("rendering upgrade: %w", err)
 	}
@@ -517,9 +545,14 @@ func sameJSON(a, b map[string]any) bool {
 	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
 
-func (i *Installer) uninstallChart(cfg *action.Configuration, c *chart.Chart) ReleaseResult {
-	r := ReleaseResult{Name: c.Name(), Chart: chartRef(c)}
-	last, err := cfg.Releases.Last(c.Name())
+// uninstallRelease removes a release; chart names its chart where the
+// release has none to say (it is not installed).
+func (i *Installer) uninstallRelease(cfg *action.Configuration, name, chart string) ReleaseResult {
+	r := ReleaseResult{Name: name, Chart: chart}
+	last, err := cfg.Releases.Last(name)
+	if err == nil && last.Chart != nil {
+		r.Chart = chartRef(last.Chart)
+	}
 	switch {
 	case errors.Is(err, driver.ErrReleaseNotFound) || (err == nil && last.Info.Status == release.StatusUninstalled):
 		r.Action = ActionAbsent
@@ -530,7 +563,7 @@ func (i *Installer) uninstallChart(cfg *action.Configuration, c *chart.Chart) Re
 	}
 	un := action.NewUninstall(cfg)
 	un.Wait, un.Timeout = i.wait, i.timeout
-	if _, err := un.Run(c.Name()); err != nil {
+	if _, err := un.Run(name); err != nil {
 		r.Action, r.Error = ActionFailed, fmt.Sprintf("uninstall: %v", err)
 		return r
 	}

@@ -60,7 +60,7 @@ func TestReleaseLeftPendingIsRecovered(t *testing.T) {
 
 	cfg := memoryHelm(t)
 	stuck(t, cfg, 1, release.StatusPendingInstall, time.Now().Add(-time.Hour))
-	if r := in.installChart(ctx, cfg, "istio-system", demoChart(), values); r.Error != "" || r.Action != ActionInstalled {
+	if r := in.installChart(ctx, cfg, "istio-system", "demo", demoChart(), values); r.Error != "" || r.Action != ActionInstalled {
 		t.Fatalf("after a stuck first install: %+v", r)
 	}
 	if last, err := cfg.Releases.Last("demo"); err != nil || last.Info.Status != release.StatusDeployed {
@@ -70,13 +70,13 @@ func TestReleaseLeftPendingIsRecovered(t *testing.T) {
 	cfg = memoryHelm(t)
 	stuck(t, cfg, 1, release.StatusDeployed, time.Now().Add(-2*time.Hour))
 	stuck(t, cfg, 2, release.StatusPendingUpgrade, time.Now().Add(-time.Hour))
-	if r := in.installChart(ctx, cfg, "istio-system", demoChart(), values); r.Error != "" || r.Action != ActionUpgraded {
+	if r := in.installChart(ctx, cfg, "istio-system", "demo", demoChart(), values); r.Error != "" || r.Action != ActionUpgraded {
 		t.Fatalf("after a stuck upgrade: %+v", r)
 	}
 
 	cfg = memoryHelm(t)
 	stuck(t, cfg, 1, release.StatusPendingInstall, time.Now())
-	r := in.installChart(ctx, cfg, "istio-system", demoChart(), values)
+	r := in.installChart(ctx, cfg, "istio-system", "demo", demoChart(), values)
 	if r.Error == "" || !strings.Contains(r.Error, "another install may be running") {
 		t.Fatalf("a fresh pending-install was not left alone: %+v", r)
 	}

@@ -1,0 +1,110 @@
+package istio
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Images says which images Istio's charts run.
+type Images struct {
+	// Hub and Tag, when set, are global.hub and global.tag whatever the
+	// values say (--istio-hub, --istio-tag). Unset, the values' own win,
+	// and where they have none the offline build's are used: DefaultHub,
+	// DefaultTag and imagePullPolicy IfNotPresent (side-loaded images must
+	// never be pulled).
+	Hub, Tag string
+}
+
+// Apply sets the images in a cluster's values (a copy's: v is not changed).
+func (im Images) Apply(v map[string]any) map[string]any {
+	out := copyMap(v)
+	g, ok := out["global"].(map[string]any)
+	if !ok {
+		g = map[string]any{}
+	}
+	g = copyMap(g)
+	out["global"] = g
+	set := func(key, given, def string) {
+		if given != "" {
+			g[key] = given
+		} else if s, _ := g[key].(string); s == "" {
+			g[key] = def
+		}
+	}
+	set("hub", im.Hub, DefaultHub)
+	set("tag", im.Tag, DefaultTag())
+	if s, _ := g["imagePullPolicy"].(string); s == "" && g["hub"] == DefaultHub {
+		g["imagePullPolicy"] = "IfNotPresent"
+	}
+	return out
+}
+
+func copyMap(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// PilotImage is the image istiod runs with values v, as Istio's istiod chart
+// spells it: <hub>/<image>:<tag>[-<variant>], each from the top level of the
+// values or else global; an image with a "/" is used as it is.
+func PilotImage(v map[string]any) string {
+	g, _ := v["global"].(map[string]any)
+	get := func(key string) string {
+		if s, _ := v[key].(string); s != "" {
+			return s
+		}
+		s, _ := g[key].(string)
+		return s
+	}
+	img, _ := v["image"].(string)
+	if img == "" {
+		img = "pilot"
+	}
+	if strings.Contains(img, "/") {
+		return img
+	}
+	ref := get("hub") + "/" + img + ":" + get("tag")
+	if variant := get("variant"); variant != "" {
+		ref += "-" + variant
+	}
+	return ref
+}
+
+// Docker runs the docker CLI.
+type Docker func(ctx context.Context, args ...string) error
+
+// ExecDocker runs the docker command on PATH; a failure carries its stderr.
+func ExecDocker(ctx context.Context, args ...string) error {
+	cmd := exec.CommandContext(ctx, "docker", args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// SaveFromDocker writes ref from the host's Docker to a docker-archive in
+// dir, as `kind load docker-image` does; found is false (and err nil) when
+// Docker has no such image.
+func SaveFromDocker(ctx context.Context, docker Docker, ref, dir string) (path string, found bool, err error) {
+	if docker(ctx, "image", "inspect", "--format", "{{.Id}}", ref) != nil {
+		return "", false, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", true, err
+	}
+	path = filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar")
+	if err := docker(ctx, "save", "-o", path, ref); err != nil {
+		return "", true, fmt.Errorf("saving %s from docker: %w", ref, err)
+	}
+	return path, true, nil
+}

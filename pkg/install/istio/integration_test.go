@@ -1,0 +1,125 @@
+package istio
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/install/installer"
+	"github.com/meshctl/meshctl/pkg/install/values"
+	"github.com/meshctl/meshctl/pkg/testenv"
+)
+
+func kubeconfigFor(t *testing.T, cfg *rest.Config) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	kc.CurrentContext = "c"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func releaseActions(c installer.ClusterResult) string {
+	var out []string
+	for _, r := range c.Releases {
+		out = append(out, r.Name+"="+r.Action)
+	}
+	return strings.Join(out, " ")
+}
+
+// TestIntegrationIstioCharts installs Istio's real base and istiod charts
+// (the module download's) with the values `values render` gives cluster1,
+// against a real kube-apiserver. Without a kubelet nothing runs, so the
+// installer does not wait; it checks what the API server stored, that a
+// rerun makes no new revision, and that uninstall removes both releases.
+func TestIntegrationIstioCharts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration: starts etcd and kube-apiserver")
+	}
+	charts := chartsDir(t)
+	cfg := testenv.New(t)
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+
+	plan, err := cluster.NewPlan(cluster.Request{Clusters: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := values.New().Render(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt := Target{Target: installer.Target{Cluster: "cluster1", Kubeconfig: kubeconfigFor(t, cfg), Values: Images{}.Apply(rendered[0].Values)}, Primary: "cluster1"}
+	in := New(WithCharts(charts), WithWait(false))
+
+	res, err := in.Install(ctx, tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := releaseActions(res.Clusters[0]); got != "istio-base=installed istiod=installed" || res.Failed() {
+		t.Fatalf("install: %s (%+v)", got, res)
+	}
+	d, err := cs.AppsV1().Deployments("istio-system").Get(ctx, "istiod", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if c.Image != "meshctl/pilot:"+Version || c.ImagePullPolicy != "IfNotPresent" {
+		t.Errorf("istiod runs %s (%s), want the offline build meshctl/pilot:%s, IfNotPresent", c.Image, c.ImagePullPolicy, Version)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	if env["CLUSTER_ID"] != "cluster1" {
+		t.Errorf("istiod CLUSTER_ID %q, want cluster1 (from values render)", env["CLUSTER_ID"])
+	}
+	if _, err := cs.CoreV1().ServiceAccounts("istio-system").Get(ctx, "istio-reader-service-account", metav1.GetOptions{}); err != nil {
+		t.Errorf("base chart's reader account: %v", err)
+	}
+
+	res, err = in.Install(ctx, tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := releaseActions(res.Clusters[0]); got != "istio-base=unchanged istiod=unchanged" {
+		t.Fatalf("rerun: %s (%+v)", got, res)
+	}
+	for _, r := range res.Clusters[0].Releases {
+		if r.Revision != 1 {
+			t.Errorf("rerun: %s at revision %d, want 1", r.Name, r.Revision)
+		}
+	}
+	again, _ := cs.AppsV1().Deployments("istio-system").Get(ctx, "istiod", metav1.GetOptions{})
+	if again.ResourceVersion != d.ResourceVersion {
+		t.Errorf("rerun changed istiod (resourceVersion %s -> %s)", d.ResourceVersion, again.ResourceVersion)
+	}
+
+	un, err := New().Uninstall(ctx, tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := releaseActions(un.Clusters[0]); got != "istiod=uninstalled istio-base=uninstalled" {
+		t.Fatalf("uninstall: %s (%+v)", got, un)
+	}
+	un, err = New().Uninstall(ctx, tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := releaseActions(un.Clusters[0]); got != "istiod=not installed istio-base=not installed" {
+		t.Fatalf("second uninstall: %s", got)
+	}
+}

@@ -1,0 +1,246 @@
+package istio
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/meshctl/meshctl/pkg/install/installer"
+)
+
+const (
+	// Module is Istio's Go module: its charts and its commands.
+	Module = "istio.io/istio"
+	// Version is the version of Module meshctl is built and tested with,
+	// the one bench/go.mod requires (a test keeps them equal). The module
+	// proxy serves Istio only as pseudo-versions of its main branch.
+	Version = "v0.0.0-20260827124520-eed52ebb66ad"
+	// DefaultHub is where hack/e2e/istio-build puts the images it builds
+	// (meshctl/pilot:<Version>, meshctl/install-cni:<Version>).
+	DefaultHub = "meshctl"
+)
+
+// DefaultTag is the tag of the offline-built images: the module version.
+func DefaultTag() string { return Version }
+
+// Release is one of Istio's charts and the release it is installed as.
+type Release struct {
+	Name  string // release name
+	Chart string // directory under the charts directory
+}
+
+// Releases are Istio's charts meshctl installs, in install order.
+var Releases = []Release{
+	{Name: "istio-base", Chart: "base"},
+	{Name: "istiod", Chart: "istio-control/istio-discovery"},
+}
+
+// ChartsDir finds Istio's charts in the download of Module at version
+// (`go mod download`, so the Go command and the module proxy, or a warm
+// module cache, are needed); they are never copied anywhere.
+func ChartsDir(ctx context.Context, version string) (string, error) {
+	if _, err := exec.LookPath("go"); err != nil {
+		return "", fmt.Errorf("finding Istio's charts: the Go command is not on PATH to download %s@%s: pass the charts directory with --istio-charts (Istio's manifests/charts)", Module, version)
+	}
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", Module+"@"+version)
+	cmd.Dir = os.TempDir() // outside any module: the version is explicit
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	out, err := cmd.Output()
+	var dl struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &dl); jerr == nil && dl.Error != "" {
+		err = errors.New(dl.Error)
+	}
+	if err != nil || dl.Dir == "" {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return "", fmt.Errorf("finding Istio's charts: go mod download %s@%s: %v (pass the charts directory with --istio-charts)", Module, version, err)
+	}
+	return filepath.Join(dl.Dir, "manifests", "charts"), nil
+}
+
+// CheckCharts says whether dir holds the charts Releases name.
+func CheckCharts(dir string) error {
+	for _, r := range Releases {
+		if _, err := os.Stat(filepath.Join(dir, r.Chart, "Chart.yaml")); err != nil {
+			return fmt.Errorf("Istio charts directory %s has no chart %s (want Istio's manifests/charts): %w", dir, r.Chart, err)
+		}
+	}
+	return nil
+}
+
+// Installer installs Istio's charts. Build it with New.
+type Installer struct {
+	charts  string
+	timeout time.Duration
+	wait    bool
+	debug   func(format string, v ...any)
+}
+
+// Option configures an Installer.
+type Option func(*Installer)
+
+// WithCharts is the directory of Istio's charts (ChartsDir's).
+func WithCharts(dir string) Option { return func(i *Installer) { i.charts = dir } }
+
+// WithTimeout bounds each release's install, upgrade or uninstall.
+func WithTimeout(d time.Duration) Option { return func(i *Installer) { i.timeout = d } }
+
+// WithWait waits for istiod to be ready (default true; an API server with
+// no kubelet, in tests, needs false).
+func WithWait(b bool) Option { return func(i *Installer) { i.wait = b } }
+
+// WithDebug receives Helm's debug log.
+func WithDebug(f func(format string, v ...any)) Option { return func(i *Installer) { i.debug = f } }
+
+// New returns an Installer.
+func New(opts ...Option) *Installer {
+	i := &Installer{timeout: installer.DefaultTimeout, wait: true, debug: func(string, ...any) {}}
+	for _, o := range opts {
+		o(i)
+	}
+	return i
+}
+
+func (i *Installer) helm() *installer.Installer {
+	dirs, names := make([]string, len(Releases)), make([]string, len(Releases))
+	for n, r := range Releases {
+		dirs[n], names[n] = r.Chart, r.Name
+	}
+	return installer.New(installer.WithCharts(os.DirFS(i.charts), dirs...), installer.WithReleaseNames(names...),
+		installer.WithTimeout(i.timeout), installer.WithWait(i.wait), installer.WithDebug(i.debug))
+}
+
+// Target is one cluster to install into.
+type Target struct {
+	installer.Target
+	// Primary is the cluster whose control plane this one uses (a remote's
+	// primary, or the external control plane); empty or Cluster itself for
+	// a cluster that runs its own.
+	Primary string
+}
+
+func (t Target) remote() bool { return t.Primary != "" && t.Primary != t.Cluster }
+
+// Order splits targets into install phases by role: first every cluster
+// that runs its own control plane, then every remote, each after its
+// primary. Uninstalling goes the other way. Order within a phase is kept.
+func Order(targets []Target) [][]Target {
+	var own, remotes []Target
+	for _, t := range targets {
+		if t.remote() {
+			remotes = append(remotes, t)
+		} else {
+			own = append(own, t)
+		}
+	}
+	var out [][]Target
+	for _, p := range [][]Target{own, remotes} {
+		if len(p) > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func plain(ts []Target) []installer.Target {
+	out := make([]installer.Target, len(ts))
+	for n, t := range ts {
+		out[n] = t.Target
+	}
+	return out
+}
+
+// Validate checks the charts directory and every target's values, touching
+// no cluster.
+func (i *Installer) Validate(targets ...Target) error {
+	if i.charts == "" {
+		return errors.New("no Istio charts directory (istio.WithCharts; --istio-charts)")
+	}
+	if err := CheckCharts(i.charts); err != nil {
+		return err
+	}
+	return i.helm().Validate(plain(targets)...)
+}
+
+// Install installs istio-base and istiod into every target: values and
+// reachability of every cluster are checked first (the error is about
+// them: nothing was touched), then the phases of Order run one after the
+// other, the clusters of a phase in parallel. A remote whose primary failed
+// is skipped. Every cluster's outcome is in the result, in target order.
+func (i *Installer) Install(ctx context.Context, targets ...Target) (*installer.Result, error) {
+	if err := i.Validate(targets...); err != nil {
+		return nil, err
+	}
+	h := i.helm()
+	if err := h.Reachable(ctx, plain(targets)...); err != nil {
+		return nil, err
+	}
+	byName := map[string]installer.ClusterResult{}
+	for _, phase := range Order(targets) {
+		var run []Target
+		for _, t := range phase {
+			if p, done := byName[t.Primary]; t.remote() && done && p.Error != "" {
+				byName[t.Cluster] = skipped(t, fmt.Sprintf("skipped: its primary %s failed", t.Primary))
+				continue
+			}
+			run = append(run, t)
+		}
+		if len(run) == 0 {
+			continue
+		}
+		res, err := h.Install(ctx, plain(run)...)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range res.Clusters {
+			byName[c.Cluster] = c
+		}
+	}
+	return collect(targets, byName), nil
+}
+
+func skipped(t Target, why string) installer.ClusterResult {
+	c := installer.ClusterResult{Cluster: t.Cluster, Namespace: installer.Namespace(t.Values), Error: why}
+	for _, r := range Releases {
+		c.Releases = append(c.Releases, installer.ReleaseResult{Name: r.Name, Chart: r.Chart, Action: installer.ActionSkipped})
+	}
+	return c
+}
+
+func collect(targets []Target, byName map[string]installer.ClusterResult) *installer.Result {
+	res := &installer.Result{Clusters: make([]installer.ClusterResult, len(targets))}
+	for n, t := range targets {
+		res.Clusters[n] = byName[t.Cluster]
+	}
+	return res
+}
+
+// Uninstall removes istiod and istio-base from every target, remotes first,
+// then the clusters that run their own control plane. It needs no charts:
+// releases are removed by name. A release not installed is reported so.
+func (i *Installer) Uninstall(ctx context.Context, targets ...Target) (*installer.Result, error) {
+	h := i.helm()
+	if err := h.Reachable(ctx, plain(targets)...); err != nil {
+		return nil, err
+	}
+	phases := Order(targets)
+	byName := map[string]installer.ClusterResult{}
+	for n := len(phases) - 1; n >= 0; n-- {
+		res, err := h.Uninstall(ctx, plain(phases[n])...)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range res.Clusters {
+			byName[c.Cluster] = c
+		}
+	}
+	return collect(targets, byName), nil
+}

@@ -1,0 +1,212 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/connect/gateway"
+	"github.com/meshctl/meshctl/pkg/install/image"
+	"github.com/meshctl/meshctl/pkg/install/installer"
+	"github.com/meshctl/meshctl/pkg/install/istio"
+)
+
+type istioOptions struct {
+	charts string
+	images istio.Images
+	docker istio.Docker
+}
+
+// WithIstio installs Istio's own control plane (its base and istiod charts,
+// see pkg/install/istio) after meshctl's dataplane, in Up and Install:
+// charts from the directory charts (empty: the istio.io/istio module
+// download at istio.Version), images as images says (by default the offline
+// build, side-loaded into kind nodes from the host's Docker).
+func WithIstio(charts string, images istio.Images) Option {
+	return func(o *options) { o.istio = &istioOptions{charts: charts, images: images, docker: istio.ExecDocker} }
+}
+
+// withIstioDocker replaces the docker CLI (tests).
+func withIstioDocker(d istio.Docker) Option {
+	return func(o *options) {
+		if o.istio != nil {
+			o.istio.docker = d
+		}
+	}
+}
+
+// IstioReport is what InstallIstio did.
+type IstioReport struct {
+	Charts string   `json:"charts"`
+	Images []string `json:"images"`
+	// ImageLoaded are the kind nodes an image was side-loaded into
+	// (node=image); ImagePresent those that had it already.
+	ImageLoaded  []string                  `json:"imageLoaded,omitempty"`
+	ImagePresent []string                  `json:"imagePresent,omitempty"`
+	Clusters     []installer.ClusterResult `json:"clusters"`
+}
+
+type preparedIstio struct {
+	charts  string
+	targets []istio.Target
+	images  []string // distinct istiod images, in target order
+}
+
+// prepareIstio finds the charts, renders every cluster's values (exactly
+// `values render`'s, plus the images) and checks them, and checks that an
+// offline-built image is in the host's Docker; it touches no cluster.
+func (b *Builder) prepareIstio(ctx context.Context, plan *cluster.Plan, gateways []gateway.ClusterResult) (*preparedIstio, error) {
+	o := b.o.istio
+	charts := o.charts
+	if charts == "" {
+		var err error
+		if charts, err = istio.ChartsDir(ctx, istio.Version); err != nil {
+			return nil, err
+		}
+	}
+	rendered, err := b.renderValues(plan, gateways)
+	if err != nil {
+		return nil, err
+	}
+	prep := &preparedIstio{charts: charts}
+	for _, r := range rendered {
+		c, _ := plan.Cluster(r.Name)
+		v := o.images.Apply(r.Values)
+		prep.targets = append(prep.targets, istio.Target{
+			Target:  installer.Target{Cluster: c.Name, Kubeconfig: b.p.KubeconfigPath(plan.Env, c.Name, false), Values: v},
+			Primary: c.PrimaryClusterName,
+		})
+		ref := istio.PilotImage(v)
+		if !slices.Contains(prep.images, ref) {
+			prep.images = append(prep.images, ref)
+		}
+		if c.Existing && offline(ref) {
+			return nil, fmt.Errorf("cluster %q: existing clusters' nodes cannot be side-loaded with %s: give Istio's images from a registry they pull from with --istio-hub and --istio-tag", c.Name, ref)
+		}
+	}
+	if err := istio.New(istio.WithCharts(charts)).Validate(prep.targets...); err != nil {
+		return nil, err
+	}
+	for _, ref := range prep.images {
+		if offline(ref) && o.docker(ctx, "image", "inspect", "--format", "{{.Id}}", ref) != nil {
+			return nil, fmt.Errorf("image %s is not in the host's Docker: build it with `make e2e-env` (hack/e2e/istio-build), or run Istio's images from a registry with --istio-hub and --istio-tag", ref)
+		}
+	}
+	return prep, nil
+}
+
+// offline says whether ref is one of hack/e2e/istio-build's images, which
+// exist only in the host's Docker.
+func offline(ref string) bool { return strings.HasPrefix(ref, istio.DefaultHub+"/") }
+
+// InstallIstio installs Istio's base and istiod charts into every cluster of
+// plan: istiod's image side-loaded into the kind nodes that lack it when the
+// host's Docker has it (otherwise the nodes pull it), then the clusters that
+// run their own control plane in parallel, then the remotes. The error is
+// about input (nothing was touched); per-cluster failures are in the report.
+func (b *Builder) InstallIstio(ctx context.Context, plan *cluster.Plan, gateways ...gateway.ClusterResult) (*IstioReport, error) {
+	if b.o.istio == nil {
+		return nil, errors.New("mesh: InstallIstio needs WithIstio")
+	}
+	prep, err := b.prepareIstio(ctx, plan, gateways)
+	if err != nil {
+		return nil, err
+	}
+	report := &IstioReport{Charts: prep.charts, Images: prep.images}
+	if err := b.loadIstioImages(ctx, plan, prep.images, report); err != nil {
+		return nil, err
+	}
+	in := istio.New(istio.WithCharts(prep.charts), istio.WithTimeout(b.o.installTimeout))
+	var res *installer.Result
+	err = b.step(fmt.Sprintf("Installing Istio (istio-base, istiod) into %d cluster(s)", len(prep.targets)), func() error {
+		var err error
+		if res, err = in.Install(ctx, prep.targets...); err == nil && res.Failed() {
+			return errFailedClusters
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, errFailedClusters) {
+		return nil, err
+	}
+	report.Clusters = res.Clusters
+	return report, nil
+}
+
+// loadIstioImages side-loads each image the host's Docker has into the kind
+// nodes of plan that lack it.
+func (b *Builder) loadIstioImages(ctx context.Context, plan *cluster.Plan, refs []string, report *IstioReport) error {
+	nodes, err := b.kindNodes(ctx, plan.Env, func(c cluster.ClusterPlan) bool {
+		pc, ok := plan.Cluster(c.Name)
+		return ok && !pc.Existing
+	})
+	if err != nil || len(nodes) == 0 {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "meshctl-istio-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for _, ref := range refs {
+		path, found, err := istio.SaveFromDocker(ctx, b.o.istio.docker, ref, dir)
+		if err != nil {
+			return err
+		}
+		if !found {
+			b.o.logger.V(1).Infof(" • %s is not in the host's Docker: the nodes pull it", ref)
+			continue
+		}
+		img, err := image.FromArchive(path, ref)
+		if err != nil {
+			return err
+		}
+		missing := img.Missing(ctx, b.p, nodes...)
+		for _, n := range nodes {
+			if slices.Contains(missing, n) {
+				report.ImageLoaded = append(report.ImageLoaded, n.Name+"="+ref)
+			} else {
+				report.ImagePresent = append(report.ImagePresent, n.Name+"="+ref)
+			}
+		}
+		if len(missing) == 0 {
+			b.o.logger.V(0).Infof(" • %s is already on all %d node(s)", ref, len(nodes))
+			continue
+		}
+		if err := b.step(fmt.Sprintf("Loading %s into %d node(s)", ref, len(missing)), func() error {
+			return img.Load(ctx, b.p, missing...)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// uninstallIstio removes Istio's releases from the clusters cs of env,
+// remotes first; it needs no charts. Only releases that were there are
+// reported, so an environment without Istio reads as before.
+func (b *Builder) uninstallIstio(ctx context.Context, env string, cs []cluster.ClusterPlan, namespace string) (*installer.Result, error) {
+	var targets []istio.Target
+	for _, c := range cs {
+		targets = append(targets, istio.Target{Primary: c.PrimaryClusterName, Target: installer.Target{
+			Cluster: c.Name, Kubeconfig: b.p.KubeconfigPath(env, c.Name, false),
+			Values: map[string]any{"global": map[string]any{"istioNamespace": namespace}}}})
+	}
+	res, err := istio.New(istio.WithTimeout(b.o.installTimeout)).Uninstall(ctx, targets...)
+	if err != nil {
+		return nil, err
+	}
+	for n, c := range res.Clusters {
+		var kept []installer.ReleaseResult
+		for _, r := range c.Releases {
+			if r.Action != installer.ActionAbsent {
+				kept = append(kept, r)
+			}
+		}
+		res.Clusters[n].Releases = kept
+	}
+	return res, nil
+}
