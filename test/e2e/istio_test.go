@@ -34,7 +34,7 @@ var _ = Describe("Istio's control plane (up --istio)", Ordered, func() {
 
 	BeforeAll(func(ctx SpecContext) {
 		if _, err := docker("image", "inspect", pilot); err != nil {
-			Skip("image " + pilot + " is not in Docker: run `make e2e-env` (its istio phase)")
+			Skip("image " + pilot + " is not in Docker: run `MESHCTL_ISTIO=1 make e2e-env`")
 		}
 		dir := GinkgoT().TempDir()
 		topology := filepath.Join(dir, "topology.json")
