@@ -98,6 +98,12 @@ type lockKey struct{ env string }
 // once. The context it returns carries the lock, so Provider methods given
 // it do not take it again; release it with the returned function.
 func (p *Provider) LockEnv(ctx context.Context, env, verb string) (context.Context, func(), error) {
+	return p.lockEnv(ctx, env, verb, true)
+}
+
+// lockEnv is LockEnv; withDocker false takes the host's lock alone, for an
+// environment of existing clusters only, which must not need Docker.
+func (p *Provider) lockEnv(ctx context.Context, env, verb string, withDocker bool) (context.Context, func(), error) {
 	if ctx.Value(lockKey{env}) != nil {
 		return ctx, func() {}, nil
 	}
@@ -110,7 +116,10 @@ func (p *Provider) LockEnv(ctx context.Context, env, verb string) (context.Conte
 	if err != nil {
 		return ctx, nil, err
 	}
-	undocker, err := p.dockerLock(ctx, me)
+	undocker := func() {}
+	if withDocker {
+		undocker, err = p.dockerLock(ctx, me)
+	}
 	if err != nil {
 		unflock()
 		return ctx, nil, err

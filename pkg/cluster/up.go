@@ -88,7 +88,11 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 	for _, opt := range opts {
 		opt(&o)
 	}
-	ctx, unlock, err := p.LockEnv(ctx, plan.Env, "up")
+	kind := false
+	for _, c := range plan.Clusters {
+		kind = kind || !c.Existing
+	}
+	ctx, unlock, err := p.lockEnv(ctx, plan.Env, "up", kind)
 	if err != nil {
 		return nil, err
 	}
