@@ -528,10 +528,20 @@ func (i *Installer) unchanged(ctx context.Context, cfg *action.Configuration, ns
 	if err != nil {
 		return false, fmt.Errorf("rendering upgrade: %w", err)
 	}
-	if rel.Manifest != last.Manifest {
+	if !sameJSON(rel.Config, last.Config) {
 		return false, nil
 	}
-	return sameJSON(rel.Config, last.Config), nil
+	if rel.Manifest == last.Manifest {
+		return true, nil
+	}
+	// Charts may render differently on install and upgrade (Istio's
+	// webhooks fail open on .Release.IsInstall only): render the deployed
+	// values as an upgrade too, and compare like with like.
+	prev, err := dry.RunWithContext(ctx, name, last.Chart, last.Config)
+	if err != nil {
+		return false, fmt.Errorf("rendering the deployed release: %w", err)
+	}
+	return rel.Manifest == prev.Manifest, nil
 }
 
 // sameJSON compares values as stored: a release's values come back
