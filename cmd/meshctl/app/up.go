@@ -124,6 +124,11 @@ func (g *globals) plan() (*cluster.Plan, error) {
 			return nil, err
 		}
 		req.Specs = specs
+		for _, sp := range specs {
+			for _, w := range sp.Warnings {
+				g.logger.Warnf("%s", w)
+			}
+		}
 	}
 	return cluster.NewPlan(req)
 }

@@ -18,6 +18,7 @@ func addValuesFlags(f *pflag.FlagSet) {
 	f.String("profile", values.DefaultProfile, "values profile (values/<name>.yaml), e.g. default or ambient")
 	f.String("mesh-id", values.DefaultMeshID, "global.meshID")
 	f.StringArray("gateway-address", nil, "known address of a network's east-west gateway, NETWORK=ADDRESS (repeatable): used instead of the gateway service")
+	f.StringArray("istiod-address", nil, "address a primary's remotes reach its istiod at, PRIMARY=ADDRESS (repeatable): their global.remotePilotAddress (default: the primary's east-west gateway)")
 }
 
 // valuesOptions builds the values renderer's options from addValuesFlags'.
@@ -34,6 +35,13 @@ func (g *globals) valuesOptions(cmd *cobra.Command) ([]values.Option, error) {
 			return nil, fmt.Errorf("--gateway-address %q: want NETWORK=ADDRESS", gw)
 		}
 		opts = append(opts, values.WithGatewayAddress(network, addr))
+	}
+	for _, ia := range g.stringArray(cmd, "istiod-address") {
+		primary, addr, ok := strings.Cut(ia, "=")
+		if !ok || primary == "" || addr == "" {
+			return nil, fmt.Errorf("--istiod-address %q: want PRIMARY=ADDRESS", ia)
+		}
+		opts = append(opts, values.WithIstiodAddress(primary, addr))
 	}
 	return opts, nil
 }
