@@ -129,6 +129,12 @@ func (b *Builder) prepareInstall(plan *cluster.Plan, gateways []gateway.ClusterR
 			vopts = append(vopts, values.WithGatewayAddress(network, a))
 		}
 	}
+	// Each primary's east-west gateway is where its remotes reach istiod.
+	for _, g := range gateways {
+		if a := g.Address(); a != "" {
+			vopts = append(vopts, values.WithClusterGatewayAddress(g.Cluster, a))
+		}
+	}
 	rendered, err := values.New(vopts...).Render(plan)
 	if err != nil {
 		return nil, err
