@@ -321,6 +321,11 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 		res.Deleted = append(res.Deleted, c.KindName)
 	}
 	res.Uninstalled = uninstalled
+	// The topology names clusters that are gone now (or some of them):
+	// `meshctl topology` prints the current one.
+	if err := p.removeTopology(env); err != nil {
+		return res, err
+	}
 	// The environment's directory goes too when nothing (logs) is left in it.
 	_ = os.Remove(filepath.Join(p.artifacts, env))
 	if o.registry != "" {

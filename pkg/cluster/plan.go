@@ -61,6 +61,9 @@ type Plan struct {
 	Env      string        `json:"env"`
 	Clusters []ClusterPlan `json:"clusters"`
 	Registry Registry      `json:"registry"`
+	// Warnings are what the topology held that meshctl ignored (unknown
+	// keys), each naming the file, entry and key; callers show them.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ClusterPlan is one cluster of a Plan: a kind cluster meshctl creates, or
@@ -129,6 +132,7 @@ func NewPlan(req Request) (*Plan, error) {
 		p.Registry = Registry{}
 	}
 	for i, s := range specs {
+		p.Warnings = append(p.Warnings, s.Warnings...)
 		c := ClusterPlan{
 			Name:               s.Name,
 			KindName:           prefix + s.Name,

@@ -55,6 +55,10 @@ type Spec struct {
 	Workers  *int   `json:"workers,omitempty"`
 	IPFamily string `json:"ipFamily,omitempty"`
 	Image    string `json:"image,omitempty"`
+	// Warnings are what reading the entry found and ignored (unknown
+	// keys), each naming the file, the entry and the key. NewPlan passes
+	// them on in Plan.Warnings.
+	Warnings []string `json:"-"`
 }
 
 // topologyKeys maps every key an Istio topology entry may carry — camelCase
@@ -104,6 +108,11 @@ func LoadTopology(path string) ([]Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("topology %s: %w", path, err)
 	}
+	for i := range specs {
+		for j, w := range specs[i].Warnings {
+			specs[i].Warnings[j] = "topology " + path + ": " + w
+		}
+	}
 	dir, err := filepath.Abs(filepath.Dir(path))
 	if err != nil {
 		return nil, fmt.Errorf("topology %s: %w", path, err)
@@ -130,9 +139,12 @@ func expandHome(path string) (string, error) {
 }
 
 // ParseTopology decodes a topology document. Entries whose kind is set and is
-// not "Kubernetes" (Istio's VMs, for example) are skipped; unknown keys are
-// errors, because a misspelt podSubnet silently ignored would create
-// overlapping clusters.
+// not "Kubernetes" (Istio's VMs, for example) are skipped. Unknown keys are
+// ignored, as Istio's test framework ignores them (one of the topology files
+// Istio ships carries controlPlaneClusterName, which nothing in Istio reads),
+// with a warning in the entry's Spec.Warnings naming the entry and the key —
+// and the key it was likely meant to be, since a misspelt podSubnet means
+// default subnets.
 func ParseTopology(data []byte) ([]Spec, error) {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
@@ -161,6 +173,9 @@ func ParseTopology(data []byte) ([]Spec, error) {
 		spec, skip, err := parseEntry(raw)
 		if err != nil {
 			return nil, fmt.Errorf("entry %d%s: %w", i, entryName(raw), err)
+		}
+		for j, k := range spec.Warnings {
+			spec.Warnings[j] = fmt.Sprintf("entry %d%s: unknown key %q ignored%s", i, entryName(raw), k, unknownKeyHint(k))
 		}
 		if !skip {
 			specs = append(specs, spec)
@@ -197,10 +212,7 @@ func parseEntry(raw map[string]json.RawMessage) (Spec, bool, error) {
 		}
 		canon[c] = v
 	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return Spec{}, false, fmt.Errorf("unknown key(s) %s", strings.Join(unknown, ", "))
-	}
+	sort.Strings(unknown)
 	str := func(key string) (string, error) {
 		v, ok := canon[key]
 		if !ok || string(v) == "null" {
@@ -212,7 +224,7 @@ func parseEntry(raw map[string]json.RawMessage) (Spec, bool, error) {
 		}
 		return s, nil
 	}
-	var s Spec
+	s := Spec{Warnings: unknown}
 	var err error
 	kind, err := str("kind")
 	if err != nil {
@@ -363,4 +375,46 @@ func duplicateKey(data []byte) *dupKey {
 	}
 	walk(-1, "")
 	return found
+}
+
+// unknownKeyHint says which known key an unknown one was likely meant to be:
+// one that differs in case or by a letter or two.
+func unknownKeyHint(key string) string {
+	if key == "controlPlaneClusterName" {
+		// In Istio's multicluster-large.json; Istio's framework reads no
+		// such key, so the entry is a primary there as it is here.
+		return " (Istio's test framework ignores it too: the cluster's primary is primaryClusterName)"
+	}
+	best, bestDist := "", 3
+	for k := range topologyKeys {
+		d := editDistance(strings.ToLower(key), strings.ToLower(k))
+		if d < bestDist || (d == bestDist && k < best) {
+			best, bestDist = k, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// editDistance is the Levenshtein distance of two short strings.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

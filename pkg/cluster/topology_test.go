@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,7 +27,6 @@ var invalidFixtures = map[string][]string{
 	"invalid-missing-primary.json":                     {`cluster "remote"`, `primaryClusterName "nowhere" is not a cluster`},
 	"invalid-primary-is-remote.json":                   {`cluster "c"`, `primaryClusterName "b" is itself a remote`},
 	"invalid-negative-workers.json":                    {`cluster "one"`, "workers must be 0 or more, got -1"},
-	"invalid-unknown-key.json":                         {`entry 0 (cluster "one")`, "unknown key(s) podSubent"},
 	"invalid-camel-snake-conflict.json":                {"clusterName is given twice"},
 	"invalid-not-an-array.json":                        {"want an array of cluster entries"},
 	"invalid-no-clusters.json":                         {"no Kubernetes clusters"},
@@ -226,5 +226,64 @@ func TestLoadTopologyRefusesNonRegularAndHugeFiles(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.path) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("LoadTopology(%s) = %v, want an error naming it and saying %q", tc.path, err, tc.want)
 		}
+	}
+}
+
+// TestTopologyUnknownKeysWarn: an unknown key is no error — Istio's test
+// framework ignores unknown keys, and one of the topology files Istio ships
+// has one — but a warning naming the file, the entry and the key, with the
+// key it was likely meant to be.
+func TestTopologyUnknownKeysWarn(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		file string
+		want []string
+	}{
+		{"valid-unknown-key-warns.json", []string{
+			`topology ` + filepath.Join(topologyDir, "valid-unknown-key-warns.json") + `: entry 0 (cluster "one"): unknown key "podSubent" ignored (did you mean "podSubnet"?)`,
+		}},
+		{"valid-istio-shape-multicluster-large.json", []string{
+			`valid-istio-shape-multicluster-large.json: entry 1 (cluster "east-remote"): unknown key "controlPlaneClusterName" ignored (Istio's test framework ignores it too`,
+			`valid-istio-shape-multicluster-large.json: entry 4 (cluster "west-remote"): unknown key "controlPlaneClusterName" ignored`,
+		}},
+		{"valid-istio-shape-multicluster.json", nil},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			t.Parallel()
+			plan, err := loadPlan(filepath.Join(topologyDir, tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(plan.Warnings) != len(tc.want) {
+				t.Fatalf("warnings %q, want %d", plan.Warnings, len(tc.want))
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(plan.Warnings[i], w) {
+					t.Errorf("warning %q\ndoes not contain %q", plan.Warnings[i], w)
+				}
+			}
+		})
+	}
+}
+
+// TestTopologyIstioKeyNames: every key Istio's scripts and framework accept
+// means what it means there, snake_case included; controlPlaneClusterName is
+// no such key (Istio's framework reads primaryClusterName only), so a
+// cluster that has only it is its own primary, as in Istio.
+func TestTopologyIstioKeyNames(t *testing.T) {
+	t.Parallel()
+	specs, err := ParseTopology([]byte(`[
+	  {"cluster_name": "a", "pod_subnet": "10.10.0.0/16", "svc_subnet": "10.255.10.0/24", "network_id": "n1"},
+	  {"clusterName": "b", "network": "n1", "primary_cluster_name": "a", "httpProxy": "http://proxy:3128", "proxyKubectlOnly": true, "meta": {"fakeVM": false}},
+	  {"clusterName": "c", "network": "n1", "controlPlaneClusterName": "a"}
+	]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprintf("%s %s %s %s %s | %s %s %v | %s %q", specs[0].Name, specs[0].PodSubnet, specs[0].ServiceSubnet, specs[0].Network, specs[0].PrimaryClusterName,
+		specs[1].Name, specs[1].PrimaryClusterName, specs[1].Warnings, specs[2].PrimaryClusterName, specs[2].Warnings)
+	want := `a 10.10.0.0/16 10.255.10.0/24 n1  | b a [] |  ["entry 2 (cluster \"c\"): unknown key \"controlPlaneClusterName\" ignored (Istio's test framework ignores it too: the cluster's primary is primaryClusterName)"]`
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
 	}
 }

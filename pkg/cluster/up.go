@@ -216,6 +216,10 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 		p.rollback(plan, create, o.retain)
 		return nil, err
 	}
+	if err := p.writeTopology(plan); err != nil {
+		status.End(false)
+		return nil, err
+	}
 	status.End(true)
 
 	for _, c := range plan.Clusters {

@@ -206,6 +206,12 @@ func (b *Builder) renderValues(plan *cluster.Plan, gateways []gateway.ClusterRes
 			vopts = append(vopts, values.WithGatewayAddress(network, a))
 		}
 	}
+	// Each primary's east-west gateway is where its remotes reach istiod.
+	for _, g := range gateways {
+		if a := g.Address(); a != "" {
+			vopts = append(vopts, values.WithClusterGatewayAddress(g.Cluster, a))
+		}
+	}
 	return values.New(vopts...).Render(plan)
 }
 

@@ -77,7 +77,7 @@ func TestCreateFailsBeforeTouchingAnything(t *testing.T) {
 	dir := t.TempDir()
 	existing := &fakeProvider{dir: dir, env: "mt", clusters: mustPlan(t, cluster.Request{Env: "mt", Clusters: 3, Networks: 2}).Clusters}
 	bad := filepath.Join(dir, "bad.json")
-	if err := os.WriteFile(bad, []byte(`[{"clusterName": "a", "podSubnet": "10.1.0.0/16", "colour": "blue"}]`), 0o644); err != nil {
+	if err := os.WriteFile(bad, []byte(`[{"clusterName": "a", "podSubnet": "10.1.0.0/16", "workers": "two"}]`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -89,7 +89,7 @@ func TestCreateFailsBeforeTouchingAnything(t *testing.T) {
 			[]string{`-meshtest.reuse: environment "mt" does not match the topology`, "it has 3 cluster(s)", `cluster "cluster3": not in the topology`}},
 		{"reuse of nothing", []Option{WithEnv("other"), WithReuse(true)}, []string{`environment "other" has no clusters`}},
 		{"too many clusters", []Option{WithEnv("mt"), WithClusters(cluster.MaxGeneratedClusters + 1)}, []string{"the topology cannot be satisfied"}},
-		{"bad topology file", []Option{WithEnv("mt"), WithTopology(bad)}, []string{bad, "unknown key(s) colour"}},
+		{"bad topology file", []Option{WithEnv("mt"), WithTopology(bad)}, []string{bad, "workers: want a whole number"}},
 		{"missing topology file", []Option{WithEnv("mt"), WithTopology(filepath.Join(dir, "nope.json"))}, []string{"nope.json"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

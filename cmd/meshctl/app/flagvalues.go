@@ -275,12 +275,17 @@ type gatewayAddress struct {
 type gatewayAddressValue struct {
 	p       *[]gatewayAddress
 	changed bool
+	key     string // what comes before "=": NETWORK (default) or PRIMARY
 }
 
 func (g *gatewayAddressValue) Set(v string) error {
 	network, addr, ok := strings.Cut(v, "=")
 	if !ok || network == "" || addr == "" {
-		return errors.New("want NETWORK=ADDRESS")
+		key := g.key
+		if key == "" {
+			key = "NETWORK"
+		}
+		return fmt.Errorf("want %s=ADDRESS", key)
 	}
 	if len(v) > maxString {
 		return fmt.Errorf("%d bytes long: at most %d", len(v), maxString)

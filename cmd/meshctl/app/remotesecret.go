@@ -26,7 +26,7 @@ func newRemoteSecretCommand(g *globals) *cobra.Command {
 does: istio-system/istio-remote-secret-<cluster>, labelled
 istio/multiCluster=true, holding a kubeconfig with CLUSTER's API server
 address on the kind network and the token of its reader service account
-(istio-system/istio-reader-service-account, created if missing).
+(istio-system/meshctl-reader, created if missing).
 
 'meshctl connect' and 'meshctl up' install these secrets where they are
 needed; this command is for installing one elsewhere. The output holds a

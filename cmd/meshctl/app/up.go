@@ -138,6 +138,11 @@ func (g *globals) plan(p *planFlags, up *upOptions) (*cluster.Plan, error) {
 			return nil, err
 		}
 		req.Specs = specs
+		for _, sp := range specs {
+			for _, w := range sp.Warnings {
+				g.logger.Warnf("%s", w)
+			}
+		}
 	}
 	plan, err := cluster.NewPlan(req)
 	if err != nil {

@@ -37,7 +37,11 @@ func newValuesRenderCommand(g *globals) *cobra.Command {
 		Long: `Print the Helm values each cluster of the environment is installed with:
 global.meshID, global.multiCluster.clusterName, global.network and
 global.meshNetworks (every network's clusters as registries and, in a
-multi-network mesh, its east-west gateway on port 15443).
+multi-network mesh, its east-west gateway on port 15443) — and what each
+cluster's Istio role needs: a remote (or an external control plane's config
+cluster) gets profile: remote, global.remotePilotAddress (its primary's
+istiod: --istiod-address, else the primary's east-west gateway) and
+istiodRemote.injectionPath; a primary of remotes global.externalIstiod.
 
 Values are merged as Helm merges them, lowest first: the default profile
 (values/default.yaml, embedded), the --profile over it, the values derived
@@ -62,6 +66,11 @@ headed by a comment naming it; -o json prints one object keyed by cluster.`,
 			out, err := values.New(o.values.rendererOptions()...).Render(plan, only...)
 			if err != nil {
 				return err
+			}
+			for _, c := range out {
+				for _, n := range c.Notes {
+					g.logger.Warnf("%s", n)
+				}
 			}
 			if o.Output == outputJSON {
 				return printValuesJSON(g.streams.Out, out)

@@ -13,6 +13,7 @@ type valuesFlags struct {
 	Profile          string
 	MeshID           string
 	GatewayAddresses []gatewayAddress
+	IstiodAddresses  []gatewayAddress
 }
 
 func (o *valuesFlags) addFlags(f flags) {
@@ -21,6 +22,7 @@ func (o *valuesFlags) addFlags(f flags) {
 	f.stringVar(&o.Profile, "profile", values.DefaultProfile, "values profile (values/<name>.yaml), e.g. default or ambient")
 	f.stringVar(&o.MeshID, "mesh-id", values.DefaultMeshID, "global.meshID")
 	f.add(&gatewayAddressValue{p: &o.GatewayAddresses}, "gateway-address", "", "known address of a network's east-west gateway, NETWORK=ADDRESS (repeatable): used instead of the gateway service")
+	f.add(&gatewayAddressValue{p: &o.IstiodAddresses, key: "PRIMARY"}, "istiod-address", "", "address a primary's remotes reach its istiod at, PRIMARY=ADDRESS (repeatable): their global.remotePilotAddress (default: the primary's east-west gateway)")
 }
 
 // rendererOptions are the values renderer's options.
@@ -33,6 +35,9 @@ func (o *valuesFlags) rendererOptions() []values.Option {
 	}
 	for _, gw := range o.GatewayAddresses {
 		opts = append(opts, values.WithGatewayAddress(gw.Network, gw.Address))
+	}
+	for _, ia := range o.IstiodAddresses {
+		opts = append(opts, values.WithIstiodAddress(ia.Network, ia.Address))
 	}
 	return opts
 }

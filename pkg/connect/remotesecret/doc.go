@@ -4,7 +4,7 @@
 //
 // For every cluster whose API server some control plane must read (the
 // source), meshctl creates in that cluster a reader ServiceAccount
-// (istio-system/istio-reader-service-account), a ClusterRole with the rules
+// (istio-system/meshctl-reader: not a name Istio's charts own), a ClusterRole with the rules
 // of Istio's istio-reader-clusterrole bound to it, and a long-lived token
 // Secret that kube-controller-manager's token controller fills. In every
 // cluster that needs the source (the targets: primaries learn about every

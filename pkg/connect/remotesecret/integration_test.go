@@ -90,10 +90,23 @@ func TestIntegrationEnsure(t *testing.T) {
 	}
 	src.broken = ""
 
+	// cluster1 was brought up by an earlier meshctl: its reader took the
+	// name Istio's base chart owns. The run replaces it.
+	legacy := metav1.ObjectMeta{Name: legacyReader.serviceAccount, Namespace: Namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "meshctl"}}
+	if _, err := clients["cluster1"].CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clients["cluster1"].CoreV1().ServiceAccounts(Namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: legacy}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	m := New(src, WithTimeout(30*time.Second))
 	res, err := m.Ensure(ctx, "it")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := clients["cluster1"].CoreV1().ServiceAccounts(Namespace).Get(ctx, legacyReader.serviceAccount, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("meshctl's old reader %s is still there (err %v): Istio's base chart cannot be installed over it", legacyReader.serviceAccount, err)
 	}
 	if got := actions(res); got != "readers cluster1:created cluster2:created; secrets cluster2→cluster1:created cluster1→cluster2:created" {
 		t.Errorf("first run: %s", got)

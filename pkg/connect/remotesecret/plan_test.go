@@ -77,6 +77,19 @@ func TestPlanRoles(t *testing.T) {
 		{"valid-existing-mixed.json: existing clusters take part like kind ones", func(t *testing.T) []cluster.ClusterPlan {
 			return fromFile(t, "valid-existing-mixed.json")
 		}, "cloud→lab local→lab cloud→local lab→local"},
+		{"valid-unknown-key-warns.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-unknown-key-warns.json") }, ""},
+		{"valid-istio-shape-single.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-istio-shape-single.json") }, ""},
+		{"valid-istio-shape-multicluster.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-istio-shape-multicluster.json") }, "east-remote→east west→east east→west east-remote→west"},
+		{"valid-istio-shape-multicluster-large.json: controlPlaneClusterName is ignored, as by Istio, so every cluster is a primary", func(t *testing.T) []cluster.ClusterPlan {
+			return fromFile(t, "valid-istio-shape-multicluster-large.json")
+		}, "east-2→east-1 east-remote→east-1 west→east-1 west-remote→east-1 east-1→east-2 east-remote→east-2 west→east-2 west-remote→east-2 east-1→east-remote east-2→east-remote west→east-remote west-remote→east-remote east-1→west east-2→west east-remote→west west-remote→west east-1→west-remote east-2→west-remote east-remote→west-remote west→west-remote"},
+		{"valid-istio-shape-external-istiod.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-istio-shape-external-istiod.json") }, ""},
+		{"valid-istio-shape-external-istiod-multicluster.json", func(t *testing.T) []cluster.ClusterPlan {
+			return fromFile(t, "valid-istio-shape-external-istiod-multicluster.json")
+		}, "far→cp"},
+		{"valid-istio-shape-ambient-multicluster.json", func(t *testing.T) []cluster.ClusterPlan {
+			return fromFile(t, "valid-istio-shape-ambient-multicluster.json")
+		}, "west→east east→west"},
 		{"valid-skips-vms.json: a VM is no cluster", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-skips-vms.json") }, ""},
 	}
 	for _, tt := range tests {
@@ -101,6 +114,13 @@ func TestPlanCoversTestdata(t *testing.T) {
 		"valid-istio-multicluster-3.json": true, "valid-multi-network.json": true, "valid-snake-case.json": true,
 		"valid-external-control-plane.json": true, "valid-dual-stack.json": true, "valid-ipv6.json": true,
 		"valid-yaml.yaml": true, "valid-skips-vms.json": true, "valid-existing-mixed.json": true,
+		"valid-unknown-key-warns.json":                        true,
+		"valid-istio-shape-single.json":                       true,
+		"valid-istio-shape-multicluster.json":                 true,
+		"valid-istio-shape-multicluster-large.json":           true,
+		"valid-istio-shape-external-istiod.json":              true,
+		"valid-istio-shape-external-istiod-multicluster.json": true,
+		"valid-istio-shape-ambient-multicluster.json":         true,
 	}
 	for _, f := range files {
 		if !covered[filepath.Base(f)] {

@@ -14,15 +14,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Names of what meshctl creates, as istioctl names them. The ClusterRole and
-// its binding get meshctl's own name: Istio's charts create
-// istio-reader-clusterrole-istio-system themselves, and Helm refuses to
-// install over an object it does not own.
+// Names of what meshctl creates in every source cluster. None is a name
+// Istio's charts own: the base chart creates istio-reader-service-account and
+// the istiod chart istio-reader-clusterrole-<namespace>, and Helm refuses to
+// install over an object it does not own. The token Secret is named as
+// `istioctl create-remote-secret --service-account meshctl-reader` names the
+// one it creates, and the remote secret holds nothing of the account's name,
+// so istioctl with that flag gives the same Secret.
 const (
 	Namespace      = "istio-system"
-	ServiceAccount = "istio-reader-service-account"
+	ServiceAccount = "meshctl-reader"
 	TokenSecret    = ServiceAccount + "-istio-remote-secret-token"
-	ClusterRole    = "meshctl-istio-reader"
+	ClusterRole    = "meshctl-reader"
 	SecretPrefix   = "istio-remote-secret-"
 	// MultiClusterLabel marks a Secret as a remote secret for istiod.
 	MultiClusterLabel = "istio/multiCluster"
@@ -30,8 +33,21 @@ const (
 	ClusterAnnotation = "networking.istio.io/cluster"
 )
 
+// legacyReader are the names earlier meshctl releases gave the reader: the
+// service account and its token took the names Istio's base chart owns.
+// ensureReader deletes those meshctl made (labelled managed-by meshctl; an
+// account Istio's charts made is theirs and stays), so that `helm install`
+// of Istio's base chart works on an environment brought up before.
+var legacyReader = struct{ serviceAccount, tokenSecret, clusterRole string }{
+	serviceAccount: "istio-reader-service-account",
+	tokenSecret:    "istio-reader-service-account-istio-remote-secret-token",
+	clusterRole:    "meshctl-istio-reader",
+}
+
 // managedBy marks meshctl's objects for people reading a cluster.
-var managedBy = map[string]string{"app.kubernetes.io/managed-by": "meshctl"}
+var managedBy = map[string]string{managedByKey: "meshctl"}
+
+const managedByKey = "app.kubernetes.io/managed-by"
 
 // readerRules are the rules of Istio's istio-reader-clusterrole (istiod
 // chart, reader-clusterrole.yaml), without the istiodRemote extras: what a
@@ -72,6 +88,9 @@ func (m *Manager) ensureReader(ctx context.Context, client kubernetes.Interface)
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return credentials{}, "", fmt.Errorf("creating namespace %s: %w", Namespace, err)
 	}
+	if err := removeLegacyReader(ctx, client); err != nil {
+		return credentials{}, "", err
+	}
 	sa, err := m.ensureServiceAccount(ctx, client)
 	if err != nil {
 		return credentials{}, "", err
@@ -94,7 +113,6 @@ func (m *Manager) ensureServiceAccount(ctx context.Context, client kubernetes.In
 	sas := client.CoreV1().ServiceAccounts(Namespace)
 	sa, err := sas.Get(ctx, ServiceAccount, metav1.GetOptions{})
 	if err == nil {
-		// Istio's charts may have made it: any reader account will do.
 		return sa, nil
 	}
 	if !apierrors.IsNotFound(err) {
@@ -227,4 +245,64 @@ func (m *Manager) waitForToken(ctx context.Context, client kubernetes.Interface)
 		case <-time.After(m.poll):
 		}
 	}
+}
+
+// removeLegacyReader deletes the reader objects an earlier meshctl made
+// under its old names, each only if meshctl's label says meshctl made it.
+// Its remote secrets then carry a token that no longer authenticates, and
+// Ensure rewrites them with the new reader's.
+func removeLegacyReader(ctx context.Context, client kubernetes.Interface) error {
+	ours := func(labels map[string]string) bool {
+		return labels[managedByKey] == managedBy[managedByKey]
+	}
+	del := func(kind, name string, get func() (map[string]string, error), del func() error) error {
+		labels, err := get()
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("reading %s %s: %w", kind, name, err)
+		case !ours(labels):
+			return nil
+		}
+		if err := del(); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting meshctl's old %s %s: %w", kind, name, err)
+		}
+		return nil
+	}
+	l := legacyReader
+	if err := del("token secret", Namespace+"/"+l.tokenSecret, func() (map[string]string, error) {
+		return labelsOf(client.CoreV1().Secrets(Namespace).Get(ctx, l.tokenSecret, metav1.GetOptions{}))
+	}, func() error {
+		return client.CoreV1().Secrets(Namespace).Delete(ctx, l.tokenSecret, metav1.DeleteOptions{})
+	}); err != nil {
+		return err
+	}
+	if err := del("service account", Namespace+"/"+l.serviceAccount, func() (map[string]string, error) {
+		return labelsOf(client.CoreV1().ServiceAccounts(Namespace).Get(ctx, l.serviceAccount, metav1.GetOptions{}))
+	}, func() error {
+		return client.CoreV1().ServiceAccounts(Namespace).Delete(ctx, l.serviceAccount, metav1.DeleteOptions{})
+	}); err != nil {
+		return err
+	}
+	if err := del("cluster role binding", l.clusterRole, func() (map[string]string, error) {
+		return labelsOf(client.RbacV1().ClusterRoleBindings().Get(ctx, l.clusterRole, metav1.GetOptions{}))
+	}, func() error {
+		return client.RbacV1().ClusterRoleBindings().Delete(ctx, l.clusterRole, metav1.DeleteOptions{})
+	}); err != nil {
+		return err
+	}
+	return del("cluster role", l.clusterRole, func() (map[string]string, error) {
+		return labelsOf(client.RbacV1().ClusterRoles().Get(ctx, l.clusterRole, metav1.GetOptions{}))
+	}, func() error {
+		return client.RbacV1().ClusterRoles().Delete(ctx, l.clusterRole, metav1.DeleteOptions{})
+	})
+}
+
+// labelsOf is an object's labels, or the error of reading it.
+func labelsOf[T metav1.Object](o T, err error) (map[string]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	return o.GetLabels(), nil
 }

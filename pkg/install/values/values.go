@@ -36,6 +36,11 @@ type Renderer struct {
 	sets     []string
 	meshID   string
 	gateways map[string][]string
+	// istiods and clusterGateways locate primaries' istiods for their
+	// remotes (global.remotePilotAddress), by primary cluster name.
+	istiods         map[string]string
+	clusterGateways map[string]string
+	knownAddresses  bool
 }
 
 // Option configures a Renderer.
@@ -72,12 +77,35 @@ func WithGatewayAddress(network, address string) Option {
 	return func(r *Renderer) { r.gateways[network] = append(r.gateways[network], address) }
 }
 
+// WithIstiodAddress gives the address a primary's remotes reach its istiod
+// at (their global.remotePilotAddress): an IP or a host name. It wins over
+// the primary's east-west gateway.
+func WithIstiodAddress(primary, address string) Option {
+	return func(r *Renderer) { r.istiods[primary] = address }
+}
+
+// WithClusterGatewayAddress records the address of one cluster's own
+// east-west gateway (what `meshctl up` reports per cluster). A primary's is
+// where its remotes reach its istiod, unless WithIstiodAddress says
+// otherwise: the gateway exposes istiod's ports as Istio's expose-istiod
+// gateway does.
+func WithClusterGatewayAddress(cluster, address string) Option {
+	return func(r *Renderer) { r.clusterGateways[cluster] = address }
+}
+
+// WithKnownAddresses makes Render fail, naming what to pass, rather than
+// render a placeholder (UnknownIstiodAddress) for an istiod address it does
+// not know: what an installer wants, where `values render` before `up`
+// wants the placeholder.
+func WithKnownAddresses(b bool) Option { return func(r *Renderer) { r.knownAddresses = b } }
+
 // WithProfiles replaces the embedded profiles (values/*.yaml); tests use it.
 func WithProfiles(fsys fs.FS) Option { return func(r *Renderer) { r.profiles = fsys } }
 
 // New returns a Renderer. Nothing is read until Render.
 func New(opts ...Option) *Renderer {
-	r := &Renderer{profiles: embedded.FS, profile: DefaultProfile, meshID: DefaultMeshID, gateways: map[string][]string{}}
+	r := &Renderer{profiles: embedded.FS, profile: DefaultProfile, meshID: DefaultMeshID, gateways: map[string][]string{},
+		istiods: map[string]string{}, clusterGateways: map[string]string{}}
 	for _, o := range opts {
 		o(r)
 	}
@@ -87,7 +115,10 @@ func New(opts ...Option) *Renderer {
 // Cluster is one cluster's rendered values.
 type Cluster struct {
 	Name   string
+	Role   Role
 	Values map[string]any
+	// Notes say what in Values is a placeholder and how to fill it in.
+	Notes []string
 }
 
 // Profiles lists the profiles available, sorted.
@@ -124,7 +155,11 @@ func (r *Renderer) Render(p *cluster.Plan, names ...string) ([]Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := r.checkAddresses(p); err != nil {
+		return nil, err
+	}
 	var out []Cluster
+	var unknown []string
 	for _, c := range selected {
 		derived := map[string]any{
 			"global": map[string]any{
@@ -134,10 +169,20 @@ func (r *Renderer) Render(p *cluster.Plan, names ...string) ([]Cluster, error) {
 				"meshNetworks": deepCopy(networks),
 			},
 		}
+		role, notes := r.roleValues(p, c)
+		derived = coalesce(role, derived)
 		// Lowest first: profile, then what the plan says, then the user.
 		v := coalesce(derived, deepCopy(defaults).(map[string]any))
 		v = coalesce(deepCopy(user).(map[string]any), v)
-		out = append(out, Cluster{Name: c.Name, Values: v})
+		g, _ := v["global"].(map[string]any)
+		if addr, ok := g["remotePilotAddress"].(string); !ok || addr != UnknownIstiodAddress(c.PrimaryClusterName) {
+			notes = nil // the user's values gave the address
+		}
+		unknown = append(unknown, notes...)
+		out = append(out, Cluster{Name: c.Name, Role: RoleOf(p, c), Values: v, Notes: notes})
+	}
+	if r.knownAddresses && len(unknown) > 0 {
+		return nil, unknownAddressError(unknown)
 	}
 	return out, nil
 }
@@ -266,4 +311,24 @@ func (r *Renderer) meshNetworks(p *cluster.Plan) (map[string]any, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkAddresses refuses istiod and gateway addresses given for clusters
+// the plan does not have, or for clusters no remote uses.
+func (r *Renderer) checkAddresses(p *cluster.Plan) error {
+	for name := range r.istiods {
+		c, ok := p.Cluster(name)
+		if !ok || c.Name != name {
+			return fmt.Errorf("istiod address for unknown cluster %q", name)
+		}
+		if role := RoleOf(p, c); role != RolePrimaryOfRemotes && role != RoleExternal {
+			return fmt.Errorf("istiod address for cluster %q, which is no remote's primary (it is a %s)", name, role)
+		}
+	}
+	for name := range r.clusterGateways {
+		if c, ok := p.Cluster(name); !ok || c.Name != name {
+			return fmt.Errorf("gateway address for unknown cluster %q", name)
+		}
+	}
+	return nil
 }
