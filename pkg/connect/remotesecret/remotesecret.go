@@ -96,6 +96,9 @@ type SecretResult struct {
 type endpoint struct {
 	client kubernetes.Interface
 	server string
+	// byIP is the server by address, where server names a kind node: what
+	// an existing cluster gets, whose Pods cannot resolve kind's names.
+	byIP string
 }
 
 // Ensure creates or updates every remote secret env needs, concurrently. All
@@ -137,25 +140,38 @@ func (m *Manager) Ensure(ctx context.Context, env string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	secrets := map[string]*corev1.Secret{}
+	secrets, secretsByIP := map[string]*corev1.Secret{}, map[string]*corev1.Secret{}
 	for i, name := range names {
 		s, err := Build(name, eps[name].server, creds[i].ca, creds[i].token)
 		if err != nil {
 			return nil, fmt.Errorf("cluster %q: %w", name, err)
 		}
-		secrets[name] = s
+		secrets[name], secretsByIP[name] = s, s
+		if eps[name].byIP != "" {
+			if secretsByIP[name], err = Build(name, eps[name].byIP, creds[i].ca, creds[i].token); err != nil {
+				return nil, fmt.Errorf("cluster %q: %w", name, err)
+			}
+		}
+	}
+	existing := map[string]bool{}
+	for _, c := range cs {
+		existing[c.Name] = c.Existing
 	}
 
 	res.Secrets = make([]SecretResult, len(pairs))
 	err = each(len(pairs), func(i int) error {
 		p := pairs[i]
-		s := secrets[p.source]
+		s, server := secrets[p.source], eps[p.source].server
+		if existing[p.target] && eps[p.source].byIP != "" {
+			// Not on the kind network: the node's name resolves there only.
+			s, server = secretsByIP[p.source], eps[p.source].byIP
+		}
 		action, err := apply(ctx, eps[p.target].client, s)
 		if err != nil {
 			return fmt.Errorf("cluster %q: remote secret of %q: %w", p.target, p.source, err)
 		}
 		m.logger.V(1).Infof("cluster %q: remote secret %s/%s %s", p.target, Namespace, s.Name, action)
-		res.Secrets[i] = SecretResult{Cluster: p.source, Target: p.target, Secret: Namespace + "/" + s.Name, Server: eps[p.source].server, Action: action}
+		res.Secrets[i] = SecretResult{Cluster: p.source, Target: p.target, Secret: Namespace + "/" + s.Name, Server: server, Action: action}
 		return nil
 	})
 	if err != nil {
@@ -261,6 +277,7 @@ func (m *Manager) resolve(ctx context.Context, cs []cluster.ClusterPlan, sources
 		}
 		eps[i].server = icfg.Host
 		if m.byName && !plans[name].Existing && plans[name].KindName != "" {
+			eps[i].byIP = icfg.Host
 			eps[i].server = cluster.InternalAPIServer(plans[name])
 		}
 		return nil
