@@ -55,7 +55,7 @@ var _ = Describe("two meshctl runs on one environment", Ordered, func() {
 		for i := range dirs {
 			wg.Go(func() {
 				defer GinkgoRecover()
-				outs[i], errs[i] = run(dirs[i], "up", "--env", lockEnv, "--clusters", "1", "--image", suite.image, "--install=false")
+				outs[i], errs[i] = run(dirs[i], "up", "--env", lockEnv, "--clusters", "1", "--image", suite.image, "--registry=false", "--install=false")
 			})
 		}
 		wg.Wait()
