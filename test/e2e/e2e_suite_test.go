@@ -127,8 +127,9 @@ var _ = BeforeSuite(func() {
 	suite.artifacts = envOr("MESHCTL_E2E_ARTIFACTS", filepath.Join(dir, "artifacts"))
 	suite.meshctl = filepath.Join(dir, "meshctl")
 	// Both, side by side, as `make build` builds them: `meshctl up` builds
-	// the dataplane image from the meshctl-dataplane beside it. (The
-	// install specs build theirs from meshctl itself, the fallback.)
+	// the dataplane image from the meshctl-dataplane beside it, and the
+	// install specs give meshtest that binary too, so the CLI's rerun
+	// finds the very image meshtest installed.
 	build := exec.Command("go", "build", "-o", dir+"/", "../../cmd/meshctl", "../../cmd/meshctl-dataplane")
 	// Static, as `make build` builds them: the image has no C library.
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

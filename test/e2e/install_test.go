@@ -86,7 +86,7 @@ var _ = Describe("the dataplane install", Ordered, func() {
 		mesh = meshtest.Setup(ctx,
 			meshtest.WithEnv(instEnv), meshtest.WithClusters(2), meshtest.WithImage(suite.image),
 			meshtest.WithArtifacts(suite.artifacts), meshtest.WithEchoImage(suite.testImage),
-			meshtest.WithInstall(suite.meshctl), meshtest.WithKeep(keep()))
+			meshtest.WithInstall(filepath.Join(filepath.Dir(suite.meshctl), "meshctl-dataplane")), meshtest.WithKeep(keep()))
 		setCurrent(mesh)
 		for _, c := range mesh.Clusters() {
 			list, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
