@@ -58,7 +58,16 @@ func (c *Checker) startServer(ctx context.Context, r *run) error {
 	// the cluster's name and closes it.
 	server := c.pod(serverName, serverLabels, corev1.RestartPolicyAlways,
 		"nc", "-ll", "-p", strconv.Itoa(Port), "-e", "/bin/echo", answer, r.plan.Name)
-	if _, err := r.client.CoreV1().Pods(c.namespace).Create(ctx, server, metav1.CreateOptions{}); err != nil {
+	// A cluster whose controllers are still starting (a node just
+	// restarted) has not yet made the namespace's default ServiceAccount,
+	// and admission refuses Pods until it has: wait for it, not fail.
+	if err := c.wait(ctx, "the server pod to be admitted", func() (bool, string, error) {
+		_, err := r.client.CoreV1().Pods(c.namespace).Create(ctx, server, metav1.CreateOptions{})
+		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "serviceaccount") {
+			return false, err.Error(), nil
+		}
+		return err == nil, "", err
+	}); err != nil {
 		return fmt.Errorf("creating server pod: %w", err)
 	}
 	// PreferDualStack: a dual-stack cluster's Service gets a v4 and a v6
