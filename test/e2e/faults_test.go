@@ -58,7 +58,12 @@ func faultSpecs(envName string, upArgs func() []string) {
 		meshctl("check", "connectivity", "--env", envName)
 	})
 
-	It("follows a node's new address by itself, within 60 s, with no command", func() {
+	// Pending: pinning a squatter to the node's old address (docker run
+	// --ip) needs a kind network with a user-configured subnet, which kind's
+	// network here is not ("user specified IP address is supported only when
+	// connecting to networks with user configured subnets"); the address
+	// change must be forced another way before this spec can run (issue 22).
+	PIt("follows a node's new address by itself, within 60 s, with no command", func() {
 		// docker network disconnect + connect gives the node another
 		// address when its old one is taken meanwhile.
 		old := nodeIP(cp2())
