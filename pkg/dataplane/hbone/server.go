@@ -161,11 +161,15 @@ func (s *Server) handshakeFailure(c net.Conn, err error) string {
 }
 
 // admit checks a request as ztunnel does; code is 0 when it may proceed.
-func (s *Server) admit(info *connInfo, method, host string, headerBytes int) (dst netip.AddrPort, code int, reason string) {
-	if method != http.MethodConnect {
+func (s *Server) admit(info *connInfo, req *h2tun.Request) (dst netip.AddrPort, code int, reason string) {
+	headerBytes := req.HeaderBytes
+	if req.Truncated {
+		headerBytes = max(headerBytes, s.cfg.maxHeaderBytes+1)
+	}
+	if req.Method != http.MethodConnect {
 		return dst, http.StatusBadRequest, "method"
 	}
-	dst, err := ParseAuthority(host)
+	dst, err := ParseAuthority(req.Authority)
 	switch {
 	case err != nil:
 		return dst, http.StatusBadRequest, "authority"
@@ -231,7 +235,16 @@ func (s *Server) serveTunnels(ctx context.Context, c net.Conn, bc *batchConn, in
 		// h2tun refuses floods and malformed frames itself; this hook is the
 		// only place they become visible, so count them.
 		CountError: func(kind string) { s.cfg.metrics.h2Errors.WithLabelValues(kind).Inc() },
-		Batch:      bc,
+		// Requests ztunnel would refuse are answered on h2tun's read loop,
+		// before it reads the peer's next frame: see h2tun.Config.Admit.
+		Admit: func(req *h2tun.Request) int {
+			_, code, reason := s.admit(info, req)
+			if code != 0 {
+				s.cfg.metrics.rejects.WithLabelValues(strconv.Itoa(code), reason).Inc()
+			}
+			return code
+		},
+		Batch: bc,
 	}
 	deadline := time.Now().Add(s.cfg.handshakeTimeout)
 	_ = h2tun.Serve(c, cfg, deadline, func(st *h2tun.Stream, req *h2tun.Request) {
@@ -242,11 +255,8 @@ func (s *Server) serveTunnels(ctx context.Context, c net.Conn, bc *batchConn, in
 
 // serveTunnel handles one CONNECT stream.
 func (s *Server) serveTunnel(ctx context.Context, info *connInfo, st *h2tun.Stream, req *h2tun.Request) {
-	size := req.HeaderBytes
-	if req.Truncated {
-		size = max(size, s.cfg.maxHeaderBytes+1)
-	}
-	dst, code, reason := s.admit(info, req.Method, req.Authority, size)
+	// Admit already let this request through; this gives its destination.
+	dst, code, reason := s.admit(info, req)
 	if code != 0 {
 		s.reject(st, code, reason)
 		return

@@ -2,6 +2,9 @@ package h2tun
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -220,6 +223,81 @@ func TestDataAfterOurResetIgnored(t *testing.T) {
 			t.Fatalf("answered in-flight DATA with %v", f)
 		case *http2.PingFrame: // everything before it was processed
 			return
+		}
+	}
+}
+
+// TestAdmitAnswersBeforeNextFrame: a request Config.Admit refuses is
+// answered (status, END_STREAM, then RST_STREAM NO_ERROR for its open
+// request side) before the reader takes the peer's next frame, so frames
+// the peer sent right behind it meet a reset stream and are ignored, every
+// time: here two WINDOW_UPDATEs that would overflow the stream's window
+// (FLOW_CONTROL_ERROR on an open stream). No handler runs and no slot is
+// taken. With the answer written by a handler goroutine this depended on
+// scheduling (h2spec 6.9.1 failed in CI).
+func TestAdmitAnswersBeforeNextFrame(t *testing.T) {
+	t.Parallel()
+	for i := range 20 {
+		handled := make(chan struct{}, 1)
+		cfg := Config{MaxConcurrentStreams: 1, Admit: func(r *Request) int {
+			if r.Method != "CONNECT" {
+				return 400
+			}
+			return 0
+		}}
+		cs, cnt, _ := serveTCP(t, cfg, func(s *Stream, _ *Request) {
+			defer s.Close()
+			handled <- struct{}{}
+			_ = s.WriteHeader(200, true)
+		})
+		fr, hello := rawClient(t, cs)
+		go func() {
+			_ = hello()
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block(":method", "GET", ":scheme", "https", ":path", "/", ":authority", "a"), EndHeaders: true})
+			_ = fr.WriteWindowUpdate(1, maxWindow)
+			_ = fr.WriteWindowUpdate(1, maxWindow)
+			// MaxConcurrentStreams is 1: a refused request held no slot.
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: block(":method", "CONNECT", ":authority", "10.0.0.1:80"), EndHeaders: true, EndStream: true})
+		}()
+		var got []string
+		_ = cs.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for len(got) < 3 {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("run %d: after %v: %v", i, got, err)
+			}
+			switch f := f.(type) {
+			case *http2.MetaHeadersFrame:
+				got = append(got, fmt.Sprintf("HEADERS %d %s end=%v", f.StreamID, f.PseudoValue("status"), f.StreamEnded()))
+			case *http2.RSTStreamFrame:
+				got = append(got, fmt.Sprintf("RST_STREAM %d %v", f.StreamID, f.ErrCode))
+			case *http2.GoAwayFrame:
+				t.Fatalf("run %d: GOAWAY %v after %v", i, f.ErrCode, got)
+			}
+		}
+		// Frames of different streams may interleave either way.
+		var one []string
+		for _, g := range got {
+			if strings.Contains(g, " 1 ") {
+				one = append(one, g)
+			}
+		}
+		want := []string{"HEADERS 1 400 end=true", "RST_STREAM 1 NO_ERROR"}
+		if fmt.Sprint(one) != fmt.Sprint(want) || !slices.Contains(got, "HEADERS 3 200 end=true") {
+			t.Fatalf("run %d: got %q, want %q for stream 1 and a 200 for stream 3", i, got, want)
+		}
+		select {
+		case <-handled:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("run %d: the admitted request never reached the handler", i)
+		}
+		select {
+		case <-handled:
+			t.Fatalf("run %d: the refused request reached the handler", i)
+		default:
+		}
+		if len(cnt.m) != 0 {
+			t.Errorf("run %d: errors counted: %v", i, cnt.m)
 		}
 	}
 }

@@ -37,6 +37,16 @@ type Config struct {
 	// CountError is called with a short name for each protocol error or
 	// flood the connection refused.
 	CountError func(kind string)
+	// Admit, when set, is asked about each request on the read loop before
+	// a handler runs. A status other than 0 answers the request with that
+	// status and END_STREAM and resets its request side if still open
+	// (NO_ERROR, RFC 9113 8.1); no handler runs. Deciding on the read loop
+	// puts the answer ahead of whatever the peer sends next on the stream,
+	// so those frames always meet a closed stream (with a handler racing
+	// the reader, that depended on scheduling), and a refused request costs
+	// neither a goroutine nor a stream slot. Admit runs with the connection
+	// locked: it must not block or use the connection.
+	Admit func(*Request) int
 	// OnClose is called once when the connection is closed.
 	OnClose func()
 	// Batch, when set, is told when a write of several frames starts and
@@ -122,7 +132,7 @@ var errClosed = errors.New("h2 connection closed")
 type ctlFrame struct {
 	typ      http2.FrameType
 	streamID uint32
-	val      uint32 // WINDOW_UPDATE increment, RST_STREAM/GOAWAY code
+	val      uint32 // WINDOW_UPDATE increment, RST_STREAM/GOAWAY code, HEADERS :status
 	data     [8]byte
 }
 
@@ -510,6 +520,13 @@ func (c *Conn) writeQueuedLocked() {
 			_ = c.fr.WriteRSTStream(f.streamID, http2.ErrCode(f.val))
 		case http2.FrameGoAway:
 			_ = c.fr.WriteGoAway(f.streamID, http2.ErrCode(f.val), nil)
+		case http2.FrameHeaders: // an answer from Config.Admit
+			c.mu.Lock()
+			c.applyTableSizeLocked()
+			c.mu.Unlock()
+			c.hbuf.Reset()
+			_ = c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(int(f.val))})
+			c.writeHeaderBlock(f.streamID, true)
 		}
 	}
 }

@@ -514,6 +514,19 @@ func (c *Conn) onRequest(f *http2.MetaHeadersFrame) error {
 		c.kick()
 		return nil
 	}
+	req := newRequest(f)
+	if c.cfg.Admit != nil {
+		if status := c.cfg.Admit(req); status != 0 {
+			c.queueLocked(ctlFrame{typ: http2.FrameHeaders, streamID: id, val: uint32(status)})
+			if !f.StreamEnded() {
+				c.queueLocked(ctlFrame{typ: http2.FrameRSTStream, streamID: id, val: uint32(http2.ErrCodeNo)})
+				c.noteResetLocked(id)
+			}
+			c.mu.Unlock()
+			c.kick()
+			return nil
+		}
+	}
 	if c.slots >= int(c.cfg.MaxConcurrentStreams) {
 		// A stream refused costs us a reset as one the peer cancels does:
 		// a flood of either (handlers slow to let go of their slots make
@@ -537,6 +550,15 @@ func (c *Conn) onRequest(f *http2.MetaHeadersFrame) error {
 		s.rerr = errEOF
 	}
 	c.mu.Unlock()
+	c.handlersGroup.Add(1)
+	go func() {
+		defer c.handlersGroup.Done()
+		c.handler(s, req)
+	}()
+	return nil
+}
+
+func newRequest(f *http2.MetaHeadersFrame) *Request {
 	req := &Request{Method: f.PseudoValue("method"), Authority: f.PseudoValue("authority"), Truncated: f.Truncated}
 	for _, hf := range f.Fields {
 		req.HeaderBytes += int(hf.Size())
@@ -544,10 +566,5 @@ func (c *Conn) onRequest(f *http2.MetaHeadersFrame) error {
 			req.Fields = append(req.Fields, hf)
 		}
 	}
-	c.handlersGroup.Add(1)
-	go func() {
-		defer c.handlersGroup.Done()
-		c.handler(s, req)
-	}()
-	return nil
+	return req
 }
