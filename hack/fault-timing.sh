@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Measures how long an environment takes to be green again after a fault:
-# from `docker start` of a stopped node, and from a forced change of a node's
-# address (docker network disconnect + connect while another container holds
-# the old address), to the first passing `meshctl check connectivity` —
+# from `docker start` of a stopped node, and from a node restarted on another
+# address (stopped, disconnected, its old address taken by placeholder
+# containers, reconnected and started: what a Docker restart does to every
+# node), to the first passing `meshctl check connectivity` —
 # once with no command (the nodes heal themselves) and once running
 # `meshctl up` right after the fault.
 #
@@ -12,7 +13,7 @@
 # clusters on one network; NODE defaults to ENV's cluster2 control plane.
 # MESHCTL (default ./bin/meshctl) is the binary; UP_ARGS are passed to
 # `meshctl up` (give the same flags the environment was made with).
-# CHECK_IMAGE is any image with sleep, for the address squatter.
+# CHECK_IMAGE is any image with sleep, for the address placeholders.
 set -euo pipefail
 
 env=${1:-default}
@@ -44,14 +45,28 @@ stop_start() {
 	docker start "$node" >/dev/null
 }
 
+ip_of() { docker inspect --format "{{(index .NetworkSettings.Networks \"$net\").IPAddress}}" "$1"; }
+
+# Docker gives a starting container the lowest free address: placeholders
+# take them until one holds the node's old one.
 move_ip() {
-	local old
-	old=$(docker inspect --format "{{(index .NetworkSettings.Networks \"$net\").IPAddress}}" "$node")
+	local old i
+	old=$(ip_of "$node")
+	docker stop "$node" >/dev/null
 	docker network disconnect "$net" "$node"
-	docker run -d --rm --name meshctl-ip-squatter --network "$net" --ip "$old" "$image" sleep 30 >/dev/null
+	for i in $(seq 0 63); do
+		docker run -d --name "meshctl-placeholder-$i" --network "$net" "$image" sleep 3600 >/dev/null
+		[ "$(ip_of "meshctl-placeholder-$i")" != "$old" ] || break
+	done
 	docker network connect "$net" "$node"
-	echo "  $node: $old -> $(docker inspect --format "{{(index .NetworkSettings.Networks \"$net\").IPAddress}}" "$node")" >&2
+	docker start "$node" >/dev/null
+	echo "  $node: $old -> $(ip_of "$node")" >&2
 }
+
+remove_placeholders() {
+	docker ps -aq --filter name=meshctl-placeholder- | xargs -r docker rm -f >/dev/null
+}
+trap remove_placeholders EXIT
 
 "$meshctl" check connectivity --env "$env" >/dev/null || { echo "environment $env is not green to start with" >&2; exit 1; }
 for fault in stop_start move_ip; do
@@ -63,6 +78,6 @@ for fault in stop_start move_ip; do
 			"$meshctl" up --env "$env" "${up_args[@]}" >/dev/null
 		fi
 		printf '%-10s %-5s %6.1f s to a green check connectivity\n' "$fault" "$mode" "$(green "$t0")"
-		docker rm -f meshctl-ip-squatter >/dev/null 2>&1 || true
+		remove_placeholders
 	done
 done

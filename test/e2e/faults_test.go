@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -58,22 +59,23 @@ func faultSpecs(envName string, upArgs func() []string) {
 		meshctl("check", "connectivity", "--env", envName)
 	})
 
-	// Pending: pinning a squatter to the node's old address (docker run
-	// --ip) needs a kind network with a user-configured subnet, which kind's
-	// network here is not ("user specified IP address is supported only when
-	// connecting to networks with user configured subnets"); the address
-	// change must be forced another way before this spec can run (issue 22).
-	PIt("follows a node's new address by itself, within 60 s, with no command", func() {
-		// docker network disconnect + connect gives the node another
-		// address when its old one is taken meanwhile.
+	// A node container that comes back with another address (what a Docker
+	// restart does to every node) while nobody runs meshctl: kind's
+	// entrypoint repairs the node's own address at start, and
+	// meshctl-routes.service on every peer node re-resolves it by name.
+	// Docker gives a starting container the lowest free address of the
+	// network, so the old one is first taken by placeholders (neither
+	// `docker run --ip` nor a disconnect alone works on kind's network).
+	It("follows a node's new address by itself, with no command", func() {
 		old := nodeIP(cp2())
-		out, err := docker("network", "disconnect", cluster.KindNetwork(), cp2())
+		out, err := docker("stop", cp2())
 		Expect(err).NotTo(HaveOccurred(), out)
-		squatter := envName + "-ip-squatter"
-		out, err = docker("run", "-d", "--name", squatter, "--network", cluster.KindNetwork(), "--ip", old, suite.testImage, "sleep", "600")
+		out, err = docker("network", "disconnect", cluster.KindNetwork(), cp2())
 		Expect(err).NotTo(HaveOccurred(), out)
-		DeferCleanup(func() { _, _ = docker("rm", "-f", squatter) })
+		takeAddress(envName, old)
 		out, err = docker("network", "connect", cluster.KindNetwork(), cp2())
+		Expect(err).NotTo(HaveOccurred(), out)
+		out, err = docker("start", cp2())
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(nodeIP(cp2())).NotTo(Equal(old))
 
@@ -84,10 +86,31 @@ func faultSpecs(envName string, upArgs func() []string) {
 				return &checkFailed{errOut}
 			}
 			return nil
-		}).WithTimeout(60 * time.Second).WithPolling(5 * time.Second).Should(Succeed())
-		GinkgoWriter.Printf("connectivity back %s after the address change, with no command\n", time.Since(start).Round(time.Second))
+		}).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+		// Measured, not asserted (noisy machines): hack/fault-timing.sh
+		// reports the same figure.
+		GinkgoWriter.Printf("connectivity back %s after the node came back on a new address, with no command\n", time.Since(start).Round(time.Second))
 		meshctl("status", "--env", envName, "--check")
 	})
+}
+
+// takeAddress runs placeholder containers on the kind network until one of
+// them holds addr (Docker hands out the lowest free address), removed when
+// the spec ends.
+func takeAddress(envName, addr string) {
+	GinkgoHelper()
+	for i := range 64 {
+		name := fmt.Sprintf("%s-placeholder-%d", envName, i)
+		out, err := docker("run", "-d", "--name", name, "--network", cluster.KindNetwork(), suite.testImage, "sleep", "3600")
+		Expect(err).NotTo(HaveOccurred(), out)
+		DeferCleanup(func() { _, _ = docker("rm", "-f", name) })
+		if ip := containerIP(name); ip == addr {
+			return
+		} else if ip == "" {
+			Fail("placeholder " + name + " has no address on " + cluster.KindNetwork())
+		}
+	}
+	Fail("64 placeholders did not get address " + addr)
 }
 
 type checkFailed struct{ out string }
@@ -95,6 +118,11 @@ type checkFailed struct{ out string }
 func (c *checkFailed) Error() string { return c.out }
 
 func nodeIP(node string) string {
+	GinkgoHelper()
+	return containerIP(node)
+}
+
+func containerIP(node string) string {
 	GinkgoHelper()
 	out, err := docker("inspect", "--format", "{{(index .NetworkSettings.Networks \""+cluster.KindNetwork()+"\").IPAddress}}", node)
 	Expect(err).NotTo(HaveOccurred(), out)
