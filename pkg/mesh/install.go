@@ -191,7 +191,15 @@ func (b *Builder) prepareInstall(plan *cluster.Plan, gateways []gateway.ClusterR
 // does, with the east-west gateway addresses the user gave, and those
 // connect found for the other networks.
 func (b *Builder) renderValues(plan *cluster.Plan, gateways []gateway.ClusterResult) ([]values.Cluster, error) {
-	vopts := append([]values.Option{}, b.o.valuesOpts...)
+	// Where connect exposed a primary's istiod comes first: an address the
+	// user gave (in valuesOpts) overrides it.
+	var vopts []values.Option
+	for _, g := range gateways {
+		if a := g.IstiodAddress(); a != "" {
+			vopts = append(vopts, values.WithIstiodAddress(g.Cluster, a))
+		}
+	}
+	vopts = append(vopts, b.o.valuesOpts...)
 	for network, addrs := range b.o.gatewayAddrs {
 		for _, a := range addrs {
 			vopts = append(vopts, values.WithGatewayAddress(network, a))

@@ -296,8 +296,9 @@ func (b *Builder) lock(ctx context.Context, env, verb string) (context.Context, 
 }
 
 // gateways gives each cluster of a multi-network environment MetalLB and an
-// east-west gateway Service; with one network it does nothing and says
-// nothing.
+// east-west gateway Service, and each primary of remotes (on any network)
+// the Service its remotes reach its istiod through; otherwise it does
+// nothing and says nothing.
 func (b *Builder) gateways(ctx context.Context, env string) ([]gateway.ClusterResult, error) {
 	plans, err := b.p.Environment(ctx, env)
 	if err != nil {
@@ -307,11 +308,18 @@ func (b *Builder) gateways(ctx context.Context, env string) ([]gateway.ClusterRe
 	for _, c := range plans {
 		networks[c.Network] = true
 	}
-	if len(networks) < 2 {
+	primaries := gateway.PrimariesOfRemotes(plans)
+	var title string
+	switch {
+	case len(networks) > 1:
+		title = fmt.Sprintf("Installing MetalLB and east-west gateways (%d networks)", len(networks))
+	case len(primaries) > 0:
+		title = fmt.Sprintf("Installing MetalLB and istiod's address for remotes (%d primaries)", len(primaries))
+	default:
 		return []gateway.ClusterResult{}, nil
 	}
 	var res *gateway.Result
-	err = b.step(fmt.Sprintf("Installing MetalLB and east-west gateways (%d networks)", len(networks)), func() error {
+	err = b.step(title, func() error {
 		opts := append([]gateway.Option{gateway.WithLogger(b.o.logger)}, b.o.gatewayOpts...)
 		res, err = gateway.New(b.p, opts...).Install(ctx, env)
 		return err
@@ -320,7 +328,12 @@ func (b *Builder) gateways(ctx context.Context, env string) ([]gateway.ClusterRe
 		return nil, err
 	}
 	for _, c := range res.Clusters {
-		b.o.logger.V(0).Infof(" • %s (%s): east-west gateway %s", c.Cluster, c.Network, strings.Join(c.Addresses, ", "))
+		if len(c.Addresses) > 0 {
+			b.o.logger.V(0).Infof(" • %s (%s): east-west gateway %s", c.Cluster, c.Network, strings.Join(c.Addresses, ", "))
+		}
+		if len(c.IstiodAddresses) > 0 {
+			b.o.logger.V(0).Infof(" • %s: istiod for remotes at %s", c.Cluster, strings.Join(c.IstiodAddresses, ", "))
+		}
 	}
 	return res.Clusters, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -128,7 +129,8 @@ func New(source Source, opts ...Option) *Installer {
 type Result struct {
 	Env string `json:"env"`
 	// MultiNetwork is false when every cluster is on one network: then
-	// nothing is installed.
+	// there are no east-west gateways, and only primaries of remotes get
+	// MetalLB (for IstiodServiceName).
 	MultiNetwork bool            `json:"multiNetwork"`
 	Clusters     []ClusterResult `json:"clusters"`
 }
@@ -141,9 +143,21 @@ type ClusterResult struct {
 	// Pools are the MetalLB address pools, one per IP family.
 	Pools []string `json:"pools"`
 	// Service is the gateway Service, namespace/name.
-	Service string `json:"service"`
+	Service string `json:"service,omitempty"`
 	// Addresses are the gateway's external addresses, from the pools.
 	Addresses []string `json:"addresses"`
+	// IstiodAddresses are where the cluster's remotes reach its istiod
+	// (IstiodServiceName's external addresses); only on primaries of
+	// remotes.
+	IstiodAddresses []string `json:"istiodAddresses,omitempty"`
+}
+
+// IstiodAddress is the first of IstiodAddresses.
+func (c ClusterResult) IstiodAddress() string {
+	if len(c.IstiodAddresses) == 0 {
+		return ""
+	}
+	return c.IstiodAddresses[0]
 }
 
 // Address is the gateway's first external address.
@@ -173,6 +187,9 @@ type target struct {
 	plan  cluster.ClusterPlan
 	pools []netip.Prefix
 	cfg   *rest.Config
+	// gateway: an east-west gateway (more than one network); istiod: the
+	// istiod Service (a primary of remotes).
+	gateway, istiod bool
 }
 
 // Install sets up every cluster of env when the environment spans more
@@ -187,12 +204,17 @@ func (i *Installer) Install(ctx context.Context, env string) (*Result, error) {
 	if len(plans) == 0 {
 		return nil, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
 	}
-	res := &Result{Env: env, Clusters: []ClusterResult{}}
-	if !multiNetwork(plans) {
-		return res, nil
+	res := &Result{Env: env, Clusters: []ClusterResult{}, MultiNetwork: multiNetwork(plans)}
+	primaries := PrimariesOfRemotes(plans)
+	if !res.MultiNetwork {
+		// One network: no gateways; MetalLB only where remotes need an
+		// address for their primary's istiod.
+		plans = slices.DeleteFunc(slices.Clone(plans), func(p cluster.ClusterPlan) bool { return !primaries[p.Name] })
+		if len(plans) == 0 {
+			return res, nil
+		}
 	}
-	res.MultiNetwork = true
-	targets, err := i.targets(ctx, env, plans)
+	targets, err := i.targets(ctx, env, plans, res.MultiNetwork, primaries)
 	if err != nil {
 		return nil, err
 	}
@@ -224,6 +246,18 @@ func inPools(addr string, pools []netip.Prefix) bool {
 	return false
 }
 
+// PrimariesOfRemotes names the clusters of plans that another cluster has
+// as its primary: those expose their istiod to their remotes.
+func PrimariesOfRemotes(plans []cluster.ClusterPlan) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range plans {
+		if p.PrimaryClusterName != "" && p.PrimaryClusterName != p.Name {
+			out[p.PrimaryClusterName] = true
+		}
+	}
+	return out
+}
+
 func multiNetwork(plans []cluster.ClusterPlan) bool {
 	for _, p := range plans[1:] {
 		if p.Network != plans[0].Network {
@@ -236,7 +270,7 @@ func multiNetwork(plans []cluster.ClusterPlan) bool {
 // targets validates everything before anything is changed — every
 // kubeconfig reads and the pools fit the docker network — then claims the
 // pools.
-func (i *Installer) targets(ctx context.Context, env string, plans []cluster.ClusterPlan) ([]target, error) {
+func (i *Installer) targets(ctx context.Context, env string, plans []cluster.ClusterPlan, multi bool, primaries map[string]bool) ([]target, error) {
 	var out []target
 	for k, p := range plans {
 		kc, err := i.source.ClusterKubeconfig(ctx, p, false)
@@ -247,7 +281,7 @@ func (i *Installer) targets(ctx context.Context, env string, plans []cluster.Clu
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: kubeconfig: %w", p.Name, err)
 		}
-		out = append(out, target{index: k, plan: p, cfg: cfg})
+		out = append(out, target{index: k, plan: p, cfg: cfg, gateway: multi, istiod: primaries[p.Name]})
 	}
 	// Only kind clusters get MetalLB pools carved from the docker network:
 	// an environment of existing clusters alone needs no Docker at all. An
@@ -284,10 +318,12 @@ func anyKind(plans []cluster.ClusterPlan) bool {
 }
 
 // installOne is the story of one cluster: images, MetalLB, its pool, the
-// gateway Service and its address.
+// gateway and istiod Services and their addresses.
 func (i *Installer) installOne(ctx context.Context, t target) (ClusterResult, error) {
-	r := ClusterResult{Cluster: t.plan.Name, KindName: t.plan.KindName, Network: t.plan.Network,
-		Service: GatewayNamespace + "/" + GatewayName}
+	r := ClusterResult{Cluster: t.plan.Name, KindName: t.plan.KindName, Network: t.plan.Network}
+	if t.gateway {
+		r.Service = GatewayNamespace + "/" + GatewayName
+	}
 	for _, p := range t.pools {
 		r.Pools = append(r.Pools, p.String())
 	}
@@ -319,36 +355,60 @@ func (i *Installer) installOne(ctx context.Context, t target) (ClusterResult, er
 	if err := k.retry(ctx, i.poll, func() error { return k.applyAll(ctx, poolObjects(t.pools)) }); err != nil {
 		return r, fmt.Errorf("applying the MetalLB address pool %s: %w", strings.Join(r.Pools, ", "), err)
 	}
-	if err := k.applyAll(ctx, gatewayObjects(t.plan.Network)); err != nil {
-		return r, fmt.Errorf("applying the east-west gateway service: %w", err)
-	}
-	addrs, err := k.waitAddress(ctx, i.poll)
-	if err != nil {
-		return r, fmt.Errorf("east-west gateway service %s has no external address after %s: %w", r.Service, i.timeout, err)
-	}
-	r.Addresses = addrs
-	for _, a := range addrs {
-		if !inPools(a, t.pools) {
-			i.logger.Warnf("%s: the east-west gateway's address %s is not from MetalLB's pool %s: another load-balancer controller assigned it", t.plan.Name, a, strings.Join(r.Pools, ", "))
+	return i.services(ctx, k, r, t, "")
+}
+
+// services applies the east-west gateway and istiod Services t needs and
+// waits for their addresses; hint is added to a wait's error.
+func (i *Installer) services(ctx context.Context, k *kube, r ClusterResult, t target, hint string) (ClusterResult, error) {
+	if t.gateway {
+		if err := k.applyAll(ctx, gatewayObjects(t.plan.Network)); err != nil {
+			return r, fmt.Errorf("applying the east-west gateway service: %w", err)
 		}
 	}
-	i.logger.V(1).Infof("%s: east-west gateway at %s (pool %s)", t.plan.Name, strings.Join(addrs, ", "), strings.Join(r.Pools, ", "))
+	if t.istiod {
+		if err := k.applyAll(ctx, istiodObjects(t.plan.Network)); err != nil {
+			return r, fmt.Errorf("applying the istiod service for remotes: %w", err)
+		}
+	}
+	if t.gateway {
+		addrs, err := k.waitAddress(ctx, i.poll, GatewayName)
+		if err != nil {
+			return r, fmt.Errorf("east-west gateway service %s has no external address after %s: %w%s", r.Service, i.timeout, err, hint)
+		}
+		r.Addresses = addrs
+		i.checkPools(t, "east-west gateway", addrs)
+		i.logger.V(1).Infof("%s: east-west gateway at %s", t.plan.Name, strings.Join(addrs, ", "))
+	}
+	if t.istiod {
+		addrs, err := k.waitAddress(ctx, i.poll, IstiodServiceName)
+		if err != nil {
+			return r, fmt.Errorf("service %s/%s has no external address after %s: %w%s", GatewayNamespace, IstiodServiceName, i.timeout, err, hint)
+		}
+		r.IstiodAddresses = addrs
+		i.checkPools(t, "istiod service", addrs)
+		i.logger.V(1).Infof("%s: istiod for remotes at %s", t.plan.Name, strings.Join(addrs, ", "))
+	}
 	return r, nil
 }
 
-// existingGateway gives an existing cluster only the gateway Service and
-// waits for the address its own load-balancer controller assigns.
-func (i *Installer) existingGateway(ctx context.Context, k *kube, r ClusterResult, t target) (ClusterResult, error) {
-	if err := k.applyAll(ctx, gatewayObjects(t.plan.Network)); err != nil {
-		return r, fmt.Errorf("applying the east-west gateway service: %w", err)
+// checkPools warns about addresses that are not from t's pools (kind
+// clusters only: an existing cluster's load balancer is its own).
+func (i *Installer) checkPools(t target, what string, addrs []string) {
+	if t.plan.Existing {
+		return
 	}
+	for _, a := range addrs {
+		if !inPools(a, t.pools) {
+			i.logger.Warnf("%s: the %s's address %s is not from MetalLB's pool %s: another load-balancer controller assigned it", t.plan.Name, what, a, join(t.pools))
+		}
+	}
+}
+
+// existingGateway gives an existing cluster only the Services (no MetalLB)
+// and waits for the addresses its own load-balancer controller assigns.
+func (i *Installer) existingGateway(ctx context.Context, k *kube, r ClusterResult, t target) (ClusterResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.timeout)
 	defer cancel()
-	addrs, err := k.waitAddress(ctx, i.poll)
-	if err != nil {
-		return r, fmt.Errorf("east-west gateway service %s has no external address after %s: %w (an existing cluster needs a load-balancer controller of its own: meshctl installs MetalLB only on kind clusters)", r.Service, i.timeout, err)
-	}
-	r.Addresses = addrs
-	i.logger.V(1).Infof("%s: east-west gateway at %s (the cluster's own load balancer)", t.plan.Name, strings.Join(addrs, ", "))
-	return r, nil
+	return i.services(ctx, k, r, t, " (an existing cluster needs a load-balancer controller of its own: meshctl installs MetalLB only on kind clusters)")
 }

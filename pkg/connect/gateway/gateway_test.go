@@ -173,10 +173,6 @@ func standIn(ctx context.Context, t *testing.T, cfg *rest.Config) {
 			ds.Status.UpdatedNumberScheduled, ds.Status.NumberReady, ds.Status.CurrentNumberScheduled = 1, 1, 1
 			_, _ = k.cs.AppsV1().DaemonSets(MetalLBNamespace).UpdateStatus(ctx, ds, metav1.UpdateOptions{})
 		}
-		svc, err := k.cs.CoreV1().Services(GatewayNamespace).Get(ctx, GatewayName, metav1.GetOptions{})
-		if err != nil || len(svc.Status.LoadBalancer.Ingress) > 0 {
-			return
-		}
 		pool, err := k.dyn.Resource(poolGVR).Namespace(MetalLBNamespace).Get(ctx, PoolName, metav1.GetOptions{})
 		if err != nil {
 			return
@@ -185,8 +181,25 @@ func standIn(ctx context.Context, t *testing.T, cfg *rest.Config) {
 		if len(addrs) == 0 {
 			return
 		}
-		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: netip.MustParsePrefix(addrs[0]).Addr().String()}}
-		_, _ = k.cs.CoreV1().Services(GatewayNamespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{})
+		// MetalLB gives each LoadBalancer Service the next free address.
+		svcs, err := k.cs.CoreV1().Services(GatewayNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return
+		}
+		next := netip.MustParsePrefix(addrs[0]).Addr()
+		for _, svc := range svcs.Items {
+			if len(svc.Status.LoadBalancer.Ingress) > 0 {
+				next = next.Next()
+			}
+		}
+		for _, svc := range svcs.Items {
+			if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || len(svc.Status.LoadBalancer.Ingress) > 0 {
+				continue
+			}
+			svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: next.String()}}
+			_, _ = k.cs.CoreV1().Services(GatewayNamespace).UpdateStatus(ctx, &svc, metav1.UpdateOptions{})
+			return
+		}
 	}
 	go func() {
 		for ctx.Err() == nil {
@@ -401,6 +414,69 @@ func TestIntegrationInstall(t *testing.T) {
 				t.Errorf("%s: rerun changed %s (resourceVersion %s → %s)", p.Name, obj, rv, after[obj])
 			}
 		}
+	}
+}
+
+// TestIntegrationPrimaryOfRemotesOnOneNetwork: with one network there are
+// no east-west gateways, but a primary of remotes gets MetalLB, its pool
+// and the istiod Service remotes reach it through (their
+// global.remotePilotAddress); its remote gets nothing. A rerun reports the
+// same address.
+func TestIntegrationPrimaryOfRemotesOnOneNetwork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two kube-apiservers")
+	}
+	cfgs := apiServers(t, "cluster1", "cluster2")
+	src := newEnvSource(nil, "gw", cfgs,
+		cluster.ClusterPlan{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1"},
+		cluster.ClusterPlan{Name: "cluster2", KindName: "gw-cluster2", Network: "network-1", PrimaryClusterName: "cluster1"})
+	loader := &recordingLoader{calls: map[string][]string{}}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	for _, cfg := range cfgs {
+		standIn(ctx, t, cfg)
+	}
+	install := func() *Result {
+		t.Helper()
+		i := New(src, WithSubnets(netip.MustParsePrefix("172.18.0.0/16")), WithImageLoader(loader), WithTimeout(time.Minute))
+		i.poll = 100 * time.Millisecond
+		res, err := i.Install(ctx, "gw")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res := install()
+	if res.MultiNetwork || len(res.Clusters) != 1 {
+		t.Fatalf("result %+v, want cluster1 alone", res)
+	}
+	c1 := res.Clusters[0]
+	if c1.Cluster != "cluster1" || len(c1.Addresses) != 0 || c1.Service != "" || len(c1.Pools) != 1 ||
+		!inPools(c1.IstiodAddress(), []netip.Prefix{netip.MustParsePrefix(c1.Pools[0])}) {
+		t.Fatalf("cluster1: %+v, want an istiod address from its pool and no gateway", c1)
+	}
+	k, _ := newKube(cfgs["cluster1"])
+	svc, err := k.cs.CoreV1().Services(GatewayNamespace).Get(ctx, IstiodServiceName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ports []int32
+	for _, p := range svc.Spec.Ports {
+		ports = append(ports, p.Port)
+	}
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || !slices.Equal(ports, []int32{PortIstiod, PortWebhook}) ||
+		svc.Spec.Selector["app"] != "istiod" || svc.Spec.Selector["istio"] != "pilot" {
+		t.Errorf("istiod service %+v", svc.Spec)
+	}
+	if _, err := k.cs.CoreV1().Services(GatewayNamespace).Get(ctx, GatewayName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("east-west gateway on one network: err %v, want none", err)
+	}
+	k2, _ := newKube(cfgs["cluster2"])
+	if _, err := k2.cs.CoreV1().Namespaces().Get(ctx, MetalLBNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the remote got MetalLB (err %v), want nothing", err)
+	}
+	if again := install(); again.Clusters[0].IstiodAddress() != c1.IstiodAddress() {
+		t.Errorf("rerun: istiod at %s, first run %s", again.Clusters[0].IstiodAddress(), c1.IstiodAddress())
 	}
 }
 

@@ -119,11 +119,12 @@ func replicas(p *int32) int32 {
 // errNoAddress is waitAddress's error while MetalLB has not answered.
 var errNoAddress = errors.New("no load-balancer ingress yet")
 
-// waitAddress waits for the gateway Service's external addresses.
-func (k *kube) waitAddress(ctx context.Context, poll time.Duration) ([]string, error) {
+// waitAddress waits for the external addresses of the Service name in
+// istio-system.
+func (k *kube) waitAddress(ctx context.Context, poll time.Duration, name string) ([]string, error) {
 	var addrs []string
 	err := k.retry(ctx, poll, func() error {
-		svc, err := k.cs.CoreV1().Services(GatewayNamespace).Get(ctx, GatewayName, metav1.GetOptions{})
+		svc, err := k.cs.CoreV1().Services(GatewayNamespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -136,7 +137,7 @@ func (k *kube) waitAddress(ctx context.Context, poll time.Duration) ([]string, e
 		if len(addrs) == 0 {
 			var events []string
 			if evs, err := k.cs.CoreV1().Events(GatewayNamespace).List(ctx, metav1.ListOptions{
-				FieldSelector: "involvedObject.name=" + GatewayName + ",type=Warning"}); err == nil {
+				FieldSelector: "involvedObject.name=" + name + ",type=Warning"}); err == nil {
 				for _, e := range evs.Items {
 					events = append(events, e.Reason+": "+e.Message)
 				}

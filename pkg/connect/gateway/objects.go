@@ -18,7 +18,16 @@ const (
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	// PoolName names the IPAddressPool and L2Advertisement meshctl owns.
 	PoolName = "meshctl"
+	// IstiodServiceName is the LoadBalancer Service through which a
+	// primary's remotes reach its istiod (xDS, CA, webhooks), as Istio's
+	// primary-remote guide exposes istiod through a gateway: the remotes'
+	// global.remotePilotAddress.
+	IstiodServiceName = "istiod-remotes"
 )
+
+// IstiodSelector is what the istiod Service selects: the labels Istio's
+// istiod chart gives istiod's pods.
+var IstiodSelector = map[string]string{"app": "istiod", "istio": "pilot"}
 
 // Gateway ports, as Istio's east-west gateway exposes them.
 const (
@@ -61,6 +70,43 @@ func poolObjects(pools []netip.Prefix) []*unstructured.Unstructured {
 	}
 }
 
+// namespaceObject is istio-system, labelled with the network, which istiod
+// reads as the cluster's network.
+func namespaceObject(network string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Namespace",
+		"metadata": map[string]any{"name": GatewayNamespace, "labels": map[string]any{NetworkLabel: network}},
+	}}
+}
+
+func tcpPort(name string, n int64) map[string]any {
+	return map[string]any{"name": name, "port": n, "targetPort": n, "protocol": "TCP"}
+}
+
+// istiodObjects are istio-system and the Service exposing istiod's 15012
+// and 15017 on an address from the cluster's pool, which every node of the
+// kind network reaches, whatever the clusters' networks.
+func istiodObjects(network string) []*unstructured.Unstructured {
+	labels := map[string]any{ManagedByLabel: FieldManager}
+	selector := map[string]any{}
+	for k, v := range IstiodSelector {
+		selector[k] = v
+	}
+	return []*unstructured.Unstructured{
+		namespaceObject(network),
+		{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Service",
+			"metadata": map[string]any{"name": IstiodServiceName, "namespace": GatewayNamespace, "labels": labels},
+			"spec": map[string]any{
+				"type":           "LoadBalancer",
+				"ipFamilyPolicy": "PreferDualStack",
+				"selector":       selector,
+				"ports":          []any{tcpPort("tcp-istiod", PortIstiod), tcpPort("tcp-webhook", PortWebhook)},
+			},
+		}},
+	}
+}
+
 // gatewayObjects are istio-system (labelled with the network, which istiod
 // reads as the cluster's network) and the gateway Service.
 func gatewayObjects(network string) []*unstructured.Unstructured {
@@ -70,14 +116,9 @@ func gatewayObjects(network string) []*unstructured.Unstructured {
 		labels[k] = v
 		selector[k] = v
 	}
-	port := func(name string, n int64) map[string]any {
-		return map[string]any{"name": name, "port": n, "targetPort": n, "protocol": "TCP"}
-	}
+	port := tcpPort
 	return []*unstructured.Unstructured{
-		{Object: map[string]any{
-			"apiVersion": "v1", "kind": "Namespace",
-			"metadata": map[string]any{"name": GatewayNamespace, "labels": map[string]any{NetworkLabel: network}},
-		}},
+		namespaceObject(network),
 		{Object: map[string]any{
 			"apiVersion": "v1", "kind": "Service",
 			"metadata": map[string]any{"name": GatewayName, "namespace": GatewayNamespace, "labels": labels},

@@ -99,16 +99,16 @@ func InstallOrder(p *cluster.Plan) []Phase {
 
 // UnknownIstiodAddress is the placeholder global.remotePilotAddress of a
 // cluster whose primary's istiod address is not known yet: before `meshctl
-// up` has given the primary an east-west gateway, with no --istiod-address
-// for it. Istio's charts would make an ExternalName Service of it, which the
+// up` has exposed the primary's istiod (pkg/connect/gateway's
+// istiod-remotes Service), with no --istiod-address for it. Istio's charts would make an ExternalName Service of it, which the
 // API server refuses, so an install with it fails rather than half-works.
 func UnknownIstiodAddress(primary string) string {
 	return "UNKNOWN-istiod-address-of-" + primary
 }
 
 // istiodAddress is where c's remotes reach primary's istiod: the address
-// given for it, else primary's own east-west gateway (which exposes
-// istiod's 15012 and 15017, as Istio's expose-istiod gateway does).
+// given for it (by the user, or by `meshctl up` from the Service exposing
+// it), else primary's own east-west gateway.
 func (r *Renderer) istiodAddress(primary string) (string, bool) {
 	if a, ok := r.istiods[primary]; ok {
 		return a, true
@@ -136,8 +136,8 @@ func (r *Renderer) roleValues(p *cluster.Plan, c cluster.ClusterPlan) (map[strin
 	remote := func() {
 		addr, known := r.istiodAddress(c.PrimaryClusterName)
 		if !known {
-			notes = append(notes, fmt.Sprintf("cluster %q: global.remotePilotAddress is a placeholder: the address of %q's istiod is not known until `meshctl up` gives %q an east-west gateway; pass --istiod-address %s=ADDRESS",
-				c.Name, c.PrimaryClusterName, c.PrimaryClusterName, c.PrimaryClusterName))
+			notes = append(notes, fmt.Sprintf("cluster %q: global.remotePilotAddress is a placeholder: the address of %q's istiod is not known until `meshctl up` exposes it (the %s/%s Service); pass --istiod-address %s=ADDRESS",
+				c.Name, c.PrimaryClusterName, gatewayNamespace, istiodServiceName, c.PrimaryClusterName))
 		}
 		out["profile"] = "remote"
 		global["remotePilotAddress"] = addr
@@ -180,3 +180,10 @@ func (r *Renderer) roleValues(p *cluster.Plan, c cluster.ClusterPlan) (map[strin
 func unknownAddressError(notes []string) error {
 	return fmt.Errorf("istiod addresses unknown:\n  - %s", strings.Join(notes, "\n  - "))
 }
+
+// Where `meshctl up` exposes a primary's istiod (pkg/connect/gateway, which
+// imports this package's callers, not the other way round).
+const (
+	gatewayNamespace  = "istio-system"
+	istiodServiceName = "istiod-remotes"
+)
