@@ -41,18 +41,18 @@ type Route struct {
 type Option func(*options)
 
 type options struct {
-	events       WorkloadEvents
-	trustDomain  string
-	fetcher      certs.Fetcher
-	certs        *certs.Manager
-	adminAddr    string
-	metricsAddr  string
-	readyAddr    string
-	ports        [3]int // outbound, inbound, hbone
-	mark         int
-	resolve      func(dst netip.AddrPort) (Route, bool)
-	meshCIDRs    []netip.Prefix
-	discovery    *Discovery
+	events      WorkloadEvents
+	trustDomain string
+	fetcher     certs.Fetcher
+	certs       *certs.Manager
+	adminAddr   string
+	metricsAddr string
+	readyAddr   string
+	ports       [3]int // outbound, inbound, hbone
+	mark        int
+	resolve     func(dst netip.AddrPort) (Route, bool)
+	meshCIDRs   []netip.Prefix
+	discovery   *Discovery
 	// model and source replace what discovery builds (tests).
 	model        model.Interface
 	source       model.Source

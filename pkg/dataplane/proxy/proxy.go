@@ -31,12 +31,12 @@ type Proxy struct {
 	wlGauge  prometheus.Gauge
 	ready    atomic.Bool
 
-	fallbacks     prometheus.Counter
-	dialsRefused  prometheus.Counter
-	outRefused    *prometheus.CounterVec
+	fallbacks    prometheus.Counter
+	dialsRefused prometheus.Counter
+	outRefused   *prometheus.CounterVec
 
-	model  model.Interface // nil: mesh CIDRs decide, as without a cluster
-	source model.Source
+	model         model.Interface // nil: mesh CIDRs decide, as without a cluster
+	source        model.Source
 	noTransparent atomic.Bool // IP_TRANSPARENT found not permitted
 
 	mu        sync.Mutex
