@@ -41,21 +41,17 @@ type Route struct {
 type Option func(*options)
 
 type options struct {
-	events      WorkloadEvents
-	trustDomain string
-	fetcher     certs.Fetcher
-	certs       *certs.Manager
-	adminAddr   string
-	metricsAddr string
-	readyAddr   string
-	ports       [3]int // outbound, inbound, hbone
-	mark        int
-	resolve     func(dst netip.AddrPort) (Route, bool)
-	meshCIDRs   []netip.Prefix
-	discovery   *Discovery
-	// model and source replace what discovery builds (tests).
-	model        model.Interface
-	source       model.Source
+	events       WorkloadEvents
+	trustDomain  string
+	fetcher      certs.Fetcher
+	certs        *certs.Manager
+	adminAddr    string
+	metricsAddr  string
+	readyAddr    string
+	ports        [3]int // outbound, inbound, hbone
+	mark         int
+	resolve      func(dst netip.AddrPort) (Route, bool)
+	meshCIDRs    []netip.Prefix
 	log          *slog.Logger
 	hboneOptions []hbone.Option
 	// preserveSource: deliver inbound connections from the client's address.
@@ -64,6 +60,12 @@ type options struct {
 	// Per workload: connects in progress, and captured connections being
 	// served on each of 15001 and 15006.
 	maxDials, maxConns int
+
+	// The service model (WithDiscovery); model and source, when set,
+	// replace what discovery builds (tests).
+	discovery *Discovery
+	model     model.Interface
+	source    model.Source
 }
 
 func defaults() options {

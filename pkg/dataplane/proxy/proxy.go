@@ -31,13 +31,13 @@ type Proxy struct {
 	wlGauge  prometheus.Gauge
 	ready    atomic.Bool
 
-	fallbacks    prometheus.Counter
-	dialsRefused prometheus.Counter
-	outRefused   *prometheus.CounterVec
-
-	model         model.Interface // nil: mesh CIDRs decide, as without a cluster
-	source        model.Source
+	fallbacks     prometheus.Counter
+	dialsRefused  prometheus.Counter
 	noTransparent atomic.Bool // IP_TRANSPARENT found not permitted
+
+	outRefused *prometheus.CounterVec
+	model      model.Interface // nil: mesh CIDRs decide, as without a cluster
+	source     model.Source
 
 	mu        sync.Mutex
 	workloads map[string]*workload
@@ -79,7 +79,8 @@ func New(opts ...Option) (*Proxy, error) {
 			SystemNamespace: d.SystemNamespace, ExcludeNamespaces: d.ExcludeNamespaces, Log: o.log,
 		})
 	}
-	p.reg.MustRegister(p.outRefused, p.dialsRefused, p.fallbacks, p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.reg.MustRegister(p.dialsRefused, p.fallbacks, p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.reg.MustRegister(p.outRefused)
 	return p, nil
 }
 
