@@ -35,13 +35,17 @@ func pod(ns, name, ip string, ready bool) *corev1.Pod {
 
 // webService: port 80 → 8080, port 90 → the named port "metrics".
 func webService(ns, clusterIP string) *corev1.Service {
-	return &corev1.Service{
+	s := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
 		Spec: corev1.ServiceSpec{ClusterIP: clusterIP, ClusterIPs: []string{clusterIP}, Ports: []corev1.ServicePort{
 			{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP},
 			{Name: "metrics", Port: 90, TargetPort: intstr.FromString("metrics"), Protocol: corev1.ProtocolTCP},
 		}},
 	}
+	if clusterIP == "" { // the API server allocates one
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = "", nil
+	}
+	return s
 }
 
 func slice(ns, name string, metricsPort int32, pods map[string]string) *discoveryv1.EndpointSlice {
