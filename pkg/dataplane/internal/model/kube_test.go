@@ -144,7 +144,10 @@ func TestKubeSource(t *testing.T) {
 	if _, err := local.CoreV1().Secrets("istio-system").Create(ctx, remoteSecret("c2"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "remote endpoint", func() bool { up, r := m.Resolve(addr("10.96.0.10:90")); return r == Found && up.Addr == addr("10.2.0.5:9191") })
+	eventually(t, "remote endpoint", func() bool {
+		up, r := m.Resolve(addr("10.96.0.10:90"))
+		return r == Found && up.Addr == addr("10.2.0.5:9191")
+	})
 	if up, r := m.Resolve(addr("10.97.0.20:80")); r != Found || up.WorkloadUID != "c2//Pod/app/b" {
 		t.Errorf("remote cluster's own ClusterIP: %+v %v", up, r)
 	}
