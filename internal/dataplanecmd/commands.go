@@ -125,6 +125,11 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 	admin := fs.String("admin-addr", "127.0.0.1:15000", "admin server (/config_dump): keep it on localhost")
 	metrics := fs.String("metrics-addr", ":15020", "Prometheus metrics")
 	ready := fs.String("ready-addr", ":15021", "readiness (/healthz/ready)")
+	discovery := fs.Bool("discovery", true, "route by a model of the mesh's workloads and services, read from this cluster and the clusters its remote secrets name (off: mesh CIDRs only, any mesh identity accepted)")
+	clusterName := fs.String("cluster", "Kubernetes", "this cluster's name in the mesh (Istio's clusterName)")
+	network := fs.String("network", "", "this cluster's network (Istio's global.network)")
+	systemNS := fs.String("system-namespace", "", "namespace of the remote secrets (default: $POD_NAMESPACE, else istio-system)")
+	exclude := newList(fs, "exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed, as the node agent's (comma-separated)")
 	return func(ctx context.Context, log *slog.Logger) error {
 		var cidrs []netip.Prefix
 		for _, c := range *meshCIDRs {
@@ -138,14 +143,25 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		return proxy.Run(ctx,
+		opts := []proxy.Option{
 			proxy.WithWorkloadEvents(proxy.ZDS(*zdsSocket)),
 			proxy.WithTrustDomain(*trustDomain),
 			proxy.WithFetcher(csr.NewClient(cs, csr.WithTTL(*certTTL))),
 			proxy.WithAddresses(*admin, *metrics, *ready),
 			proxy.WithMeshCIDRs(cidrs...),
 			proxy.WithLogger(log),
-		)
+		}
+		if *discovery {
+			if *clusterName == "" {
+				return errors.New("--cluster is empty: remote secrets name clusters, and this one needs a name to tell itself apart")
+			}
+			opts = append(opts, proxy.WithDiscovery(proxy.Discovery{
+				Client: cs, Cluster: *clusterName, Network: *network,
+				SystemNamespace:   firstNonEmpty(*systemNS, os.Getenv("POD_NAMESPACE"), "istio-system"),
+				ExcludeNamespaces: *exclude,
+			}))
+		}
+		return proxy.Run(ctx, opts...)
 	}
 }
 

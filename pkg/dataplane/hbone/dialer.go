@@ -209,7 +209,11 @@ func (d *Dialer) handshake(ctx context.Context, t Target) (*tls.Conn, *batchConn
 	})
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = raw.Close()
-		d.cfg.metrics.handshake.WithLabelValues("outbound", "tls").Inc()
+		reason := "tls"
+		if errors.Is(err, identity.ErrWrongPeer) {
+			reason = "peer_identity" // secure naming: the server is not who the destination is
+		}
+		d.cfg.metrics.handshake.WithLabelValues("outbound", reason).Inc()
 		return nil, nil, fmt.Errorf("hbone handshake with %s: %w", t.Gateway, err)
 	}
 	if tc.ConnectionState().NegotiatedProtocol != "h2" {

@@ -358,8 +358,8 @@ func TestBadCertificatesRefused(t *testing.T) {
 		c.Close()
 		t.Error("dialer accepted a server with the wrong SAN")
 	}
-	if n := counter(e.cm.handshake.WithLabelValues("outbound", "tls")); n != 1 {
-		t.Errorf("outbound handshake failures = %v, want 1", n)
+	if n := counter(e.cm.handshake.WithLabelValues("outbound", "peer_identity")); n != 1 {
+		t.Errorf("outbound handshake failures for the wrong peer = %v, want 1", n)
 	}
 }
 

@@ -66,6 +66,10 @@ func FromCertificate(c *x509.Certificate) (Identity, error) {
 // ErrNoCertificate is returned when a peer presented no certificate.
 var ErrNoCertificate = errors.New("peer presented no certificate")
 
+// ErrWrongPeer is returned (wrapped) when a valid peer is not the identity
+// required: secure naming refused it.
+var ErrWrongPeer = errors.New("peer is not the required identity")
+
 // Verify checks a peer's raw chain (leaf first) against the mesh roots at time
 // now and returns the peer's identity. It requires the identity to be in
 // trustDomain and, when want is non-zero, to equal want.
@@ -103,7 +107,7 @@ func Verify(rawCerts [][]byte, roots *x509.CertPool, trustDomain string, want Id
 		return Identity{}, fmt.Errorf("peer %s: trust domain %q, want %q", id, id.TrustDomain, trustDomain)
 	}
 	if !want.IsZero() && id != want {
-		return Identity{}, fmt.Errorf("peer is %s, want %s", id, want)
+		return Identity{}, fmt.Errorf("%w: peer is %s, want %s", ErrWrongPeer, id, want)
 	}
 	return id, nil
 }

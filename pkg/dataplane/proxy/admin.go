@@ -4,17 +4,21 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/netip"
-	"sort"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 )
 
-// ConfigDump is what /config_dump returns.
+// ConfigDump is what /config_dump returns, in ztunnel's shape: workloads
+// and services are the service model's (empty without one), workloadState
+// the pods this proxy serves, by UID.
 type ConfigDump struct {
-	Workloads    []WorkloadDump   `json:"workloads"`
-	Certificates []certs.CertDump `json:"certificates"`
+	Workloads     []model.WorkloadDump    `json:"workloads"`
+	Services      []model.ServiceDump     `json:"services"`
+	WorkloadState map[string]WorkloadDump `json:"workloadState"`
+	Certificates  []certs.CertDump        `json:"certificates"`
 }
 
 // WorkloadDump describes one served pod.
@@ -30,8 +34,13 @@ type WorkloadDump struct {
 
 // Dump returns the proxy's current configuration.
 func (p *Proxy) Dump() ConfigDump {
+	d := ConfigDump{Workloads: []model.WorkloadDump{}, Services: []model.ServiceDump{},
+		WorkloadState: map[string]WorkloadDump{}, Certificates: p.certs.Dump()}
+	if p.model != nil {
+		md := p.model.Dump()
+		d.Workloads, d.Services = md.Workloads, md.Services
+	}
 	p.mu.Lock()
-	d := ConfigDump{Workloads: []WorkloadDump{}, Certificates: p.certs.Dump()}
 	for _, w := range p.workloads {
 		wd := WorkloadDump{UID: w.uid, Name: w.name, Namespace: w.namespace, ServiceAccount: w.serviceAccount,
 			Identity: w.id.String(), Addresses: w.addrs, Listeners: []string{}}
@@ -40,10 +49,9 @@ func (p *Proxy) Dump() ConfigDump {
 				wd.Listeners = append(wd.Listeners, ln.Addr().String())
 			}
 		}
-		d.Workloads = append(d.Workloads, wd)
+		d.WorkloadState[w.uid] = wd
 	}
 	p.mu.Unlock()
-	sort.Slice(d.Workloads, func(i, j int) bool { return d.Workloads[i].UID < d.Workloads[j].UID })
 	return d
 }
 
@@ -71,6 +79,10 @@ func (p *Proxy) readyHandler() http.Handler {
 	mux.HandleFunc("GET /healthz/ready", func(w http.ResponseWriter, _ *http.Request) {
 		if !p.ready.Load() {
 			http.Error(w, "waiting for the first workload snapshot", http.StatusServiceUnavailable)
+			return
+		}
+		if p.model != nil && !p.model.Synced() {
+			http.Error(w, "waiting for the service model to sync", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

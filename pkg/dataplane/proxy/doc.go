@@ -17,8 +17,19 @@
 // pod's address (logged once, counted in
 // meshctl_proxy_source_preservation_fallbacks_total).
 //
+// With WithDiscovery the proxy routes by a model of the mesh's workloads
+// and services (package dataplane/internal/model, fed by informers on this
+// cluster and on every cluster a remote secret names): a Service VIP goes
+// over HBONE to a ready endpoint's ip:targetPort, a pod address to that
+// pod, and every tunnel requires the destination workload's identity
+// (secure naming; refusals in meshctl_hbone_handshake_failures_total
+// {reason="peer_identity"}). A mesh-CIDR address the model does not know is
+// refused (meshctl_proxy_outbound_refused_total), other destinations pass
+// through. Without it, mesh CIDRs go over HBONE to any mesh identity.
+//
 // Not yet done: there is no policy source for the 401 hook
-// (hbone.WithAuthorizer).
+// (hbone.WithAuthorizer), and endpoints on other networks (east-west
+// gateways) are not reached.
 //
 // Entry point: Run(ctx, opts...). In a cluster, certificates come from
 // WithFetcher(csr.NewClient(clientset)).

@@ -146,7 +146,7 @@ func newTwoNodes(t *testing.T, optsB ...Option) *twoNodes {
 	if err := send(t, e.sessionB, WorkloadEvent{Kind: EventAdd, UID: "b", Name: "server", Namespace: "ns-b", ServiceAccount: "server", Netns: openNetns(t, e.podB)}); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(e.proxyB.Dump().Workloads[0].Addresses); got != "[10.200.2.2 fd00:200:2::2]" {
+	if got := fmt.Sprint(e.proxyB.Dump().WorkloadState["b"].Addresses); got != "[10.200.2.2 fd00:200:2::2]" {
 		t.Fatalf("pod b addresses = %v", got)
 	}
 

@@ -4,9 +4,12 @@ import (
 	"log/slog"
 	"net/netip"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 )
 
 // Ports, as ztunnel's port table.
@@ -57,6 +60,12 @@ type options struct {
 	// Per workload: connects in progress, and captured connections being
 	// served on each of 15001 and 15006.
 	maxDials, maxConns int
+
+	// The service model (WithDiscovery); model and source, when set,
+	// replace what discovery builds (tests).
+	discovery *Discovery
+	model     model.Interface
+	source    model.Source
 }
 
 func defaults() options {
@@ -118,7 +127,32 @@ func WithResolver(f func(dst netip.AddrPort) (Route, bool)) Option {
 
 // WithMeshCIDRs sends destinations in these prefixes over HBONE to
 // <dst-ip>:15008 when no resolver claims them (typically the pod CIDRs).
+// With a service model (WithDiscovery) the model decides instead, and a
+// destination in these prefixes that the model does not know is refused:
+// it would otherwise go to a server whose identity nothing vouches for.
 func WithMeshCIDRs(p ...netip.Prefix) Option { return func(o *options) { o.meshCIDRs = p } }
+
+// Discovery configures the service model's standalone source: informers
+// on the local cluster and on every cluster its remote secrets name.
+type Discovery struct {
+	// Client reads the local cluster.
+	Client kubernetes.Interface
+	// Cluster is the local cluster's name (Istio's clusterName).
+	Cluster string
+	// Network is the local network, and that of every cluster whose
+	// system namespace carries no topology.istio.io/network label.
+	Network string
+	// SystemNamespace holds the remote secrets (default istio-system).
+	SystemNamespace string
+	// ExcludeNamespaces are never in the mesh (the node agent's list).
+	ExcludeNamespaces []string
+}
+
+// WithDiscovery gives the proxy a model of the mesh's workloads and
+// services: a connection to a Service VIP goes over HBONE to a ready
+// endpoint, port mapped to its target port, and every tunnel requires the
+// destination workload's identity from the server.
+func WithDiscovery(d Discovery) Option { return func(o *options) { o.discovery = &d } }
 
 // WithLogger sets the structured logger; its handler's level is the verbosity.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }

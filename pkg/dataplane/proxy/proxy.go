@@ -17,6 +17,8 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
+	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 )
 
 // Proxy is one node proxy.
@@ -32,6 +34,10 @@ type Proxy struct {
 	fallbacks     prometheus.Counter
 	dialsRefused  prometheus.Counter
 	noTransparent atomic.Bool // IP_TRANSPARENT found not permitted
+
+	outRefused *prometheus.CounterVec
+	model      model.Interface // nil: mesh CIDRs decide, as without a cluster
+	source     model.Source
 
 	mu        sync.Mutex
 	workloads map[string]*workload
@@ -59,7 +65,22 @@ func New(opts ...Option) (*Proxy, error) {
 		Help: "Inbound connections delivered from the proxy's address instead of the client's, because IP_TRANSPARENT is not permitted."})
 	p.dialsRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "meshctl_proxy_dials_refused_total",
 		Help: "Dials not attempted because the workload already had its maximum of connects in progress."})
+	p.outRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshctl_proxy_outbound_refused_total",
+		Help: "Outbound connections refused because the service model gives them nowhere safe to go, by reason: unknown_destination (a mesh address the model does not know), unknown_service_port, no_healthy_endpoint."},
+		[]string{"reason"})
+	p.model, p.source = o.model, o.source
+	if d := o.discovery; d != nil && p.model == nil {
+		if d.Client == nil {
+			return nil, errors.New("proxy: WithDiscovery needs a Kubernetes client")
+		}
+		p.model = model.New(d.Cluster, d.Network)
+		p.source = model.NewKube(d.Client, model.KubeConfig{
+			Cluster: d.Cluster, Network: d.Network, TrustDomain: o.trustDomain,
+			SystemNamespace: d.SystemNamespace, ExcludeNamespaces: d.ExcludeNamespaces, Log: o.log,
+		})
+	}
 	p.reg.MustRegister(p.dialsRefused, p.fallbacks, p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.reg.MustRegister(p.outRefused)
 	return p, nil
 }
 
@@ -101,6 +122,10 @@ func (p *Proxy) Run(ctx context.Context) error {
 		context.AfterFunc(ctx, func() { _ = srv.Close() })
 	}
 	defer wg.Wait()
+	if p.source != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.runSource(ctx) }()
+	}
 	defer p.removeAll()
 	if p.ownCerts {
 		defer p.certs.Close()
@@ -170,19 +195,66 @@ func (p *Proxy) handle(ctx context.Context, ev WorkloadEvent) error {
 	return fmt.Errorf("unknown workload event %d", ev.Kind)
 }
 
+// runSource feeds the model until ctx ends, restarting the source when it
+// fails (an API server that went away comes back).
+func (p *Proxy) runSource(ctx context.Context) {
+	backoff := time.Second
+	for {
+		err := p.source.Run(ctx, p.model)
+		if ctx.Err() != nil {
+			return
+		}
+		p.opts.log.Warn("service model source ended; restarting", "err", err, "retry", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// outRoute is how one outbound connection travels.
+type outRoute struct {
+	hbone bool
+	// target is where the connection goes: the tunnel's :authority, or
+	// the plain TCP destination.
+	target  netip.AddrPort
+	gateway netip.AddrPort    // hbone: where the tunnel goes
+	peer    identity.Identity // hbone: the server's required identity
+	refuse  string            // non-empty: refused, for this reason
+}
+
 // resolve decides how an outbound connection to dst travels.
-func (p *Proxy) resolve(dst netip.AddrPort) (Route, bool) {
+func (p *Proxy) resolve(dst netip.AddrPort) outRoute {
 	if p.opts.resolve != nil {
 		if r, ok := p.opts.resolve(dst); ok {
-			return r, true
+			return outRoute{hbone: true, target: dst, gateway: r.Gateway, peer: r.Identity}
 		}
 	}
+	inMesh := false
 	for _, pfx := range p.opts.meshCIDRs {
 		if pfx.Contains(dst.Addr()) {
-			return Route{Gateway: netip.AddrPortFrom(dst.Addr(), PortHBONE)}, true
+			inMesh = true
+			break
 		}
 	}
-	return Route{}, false
+	if p.model == nil {
+		if inMesh {
+			return outRoute{hbone: true, target: dst, gateway: netip.AddrPortFrom(dst.Addr(), PortHBONE)}
+		}
+		return outRoute{target: dst}
+	}
+	up, res := p.model.Resolve(dst)
+	switch {
+	case res == model.Found && up.HBONE:
+		return outRoute{hbone: true, target: up.Addr, gateway: netip.AddrPortFrom(up.Addr.Addr(), PortHBONE), peer: up.Identity}
+	case res == model.Found:
+		return outRoute{target: up.Addr}
+	case res == model.NotFound && !inMesh:
+		return outRoute{target: dst}
+	}
+	return outRoute{refuse: res.String()}
 }
 
 // Logger returns the proxy's logger, for adapters that want to log in the

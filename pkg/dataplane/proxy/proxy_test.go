@@ -163,15 +163,15 @@ func TestProxyLifecycleAdminAndHBONE(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if len(dump.Workloads) != 2 || len(dump.Certificates) != 2 {
-		t.Fatalf("config_dump: %d workloads, %d certificates", len(dump.Workloads), len(dump.Certificates))
+	if len(dump.WorkloadState) != 2 || len(dump.Certificates) != 2 {
+		t.Fatalf("config_dump: %d workloads, %d certificates", len(dump.WorkloadState), len(dump.Certificates))
 	}
 	for _, cd := range dump.Certificates {
 		if cd.State != "Available" || len(cd.CertChain) != 2 || len(cd.RootCerts) != 1 {
 			t.Errorf("certificate %s: state %q, %d chain, %d roots", cd.Identity, cd.State, len(cd.CertChain), len(cd.RootCerts))
 		}
 	}
-	wa := dump.Workloads[0]
+	wa := dump.WorkloadState["uid-a"]
 	if wa.UID != "uid-a" || wa.Identity != "spiffe://cluster.local/ns/default/sa/sa-uid-a" || len(wa.Listeners) != 3 {
 		t.Fatalf("workload a: %+v", wa)
 	}
@@ -226,8 +226,8 @@ func TestProxyLifecycleAdminAndHBONE(t *testing.T) {
 		t.Fatal(err)
 	}
 	dump = p.Dump()
-	if len(dump.Workloads) != 1 || dump.Workloads[0].UID != "uid-a" || dump.Workloads[0].Listeners[2] != wa.Listeners[2] {
-		t.Fatalf("after reconcile: %+v", dump.Workloads)
+	if len(dump.WorkloadState) != 1 || dump.WorkloadState["uid-a"].UID != "uid-a" || dump.WorkloadState["uid-a"].Listeners[2] != wa.Listeners[2] {
+		t.Fatalf("after reconcile: %+v", dump.WorkloadState)
 	}
 	if len(dump.Certificates) != 1 {
 		t.Errorf("certificates after b left: %d, want 1", len(dump.Certificates))
@@ -240,7 +240,7 @@ func TestProxyLifecycleAdminAndHBONE(t *testing.T) {
 		c.Close()
 		t.Error("15008 still accepts after DelWorkload")
 	}
-	if n := len(p.Dump().Workloads); n != 0 {
+	if n := len(p.Dump().WorkloadState); n != 0 {
 		t.Errorf("%d workloads after Del", n)
 	}
 }

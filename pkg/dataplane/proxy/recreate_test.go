@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -122,7 +124,7 @@ func TestIntegrationRecreatedSandboxGetsNewListeners(t *testing.T) {
 	if got, err := recreated.talk(2); err != nil || got != "ping" {
 		t.Fatalf("recreated sandbox is not served: %q, %v", got, err)
 	}
-	if d := p.Dump().Workloads; len(d) != 1 || fmt.Sprint(d[0].Addresses) != "[10.201.2.2]" {
+	if d := slices.Collect(maps.Values(p.Dump().WorkloadState)); len(d) != 1 || fmt.Sprint(d[0].Addresses) != "[10.201.2.2]" {
 		t.Errorf("workloads after the recreate: %+v", d)
 	}
 	if got, err := old.talk(1); err == nil {

@@ -230,21 +230,32 @@ func (p *Proxy) outbound(ctx context.Context, w *workload, c net.Conn) {
 	if dst == addrPort(c.LocalAddr()) {
 		return // a direct connection to 15001 would loop forever
 	}
-	route, ok := p.resolve(dst)
-	if !ok {
-		p.passthrough(ctx, w, c, dst, "outbound_passthrough", netip.Addr{})
+	route := p.resolve(dst)
+	switch {
+	case route.refuse != "":
+		p.outRefused.WithLabelValues(route.refuse).Inc()
+		p.opts.log.Debug("outbound refused", "pod", w.namespace+"/"+w.name, "dst", dst, "reason", route.refuse)
+		resetConn(c)
+		return
+	case !route.hbone:
+		p.passthrough(ctx, w, c, route.target, "outbound_passthrough", netip.Addr{})
 		return
 	}
 	src := addrPort(c.RemoteAddr()).Addr()
 	err = w.dialer.Proxy(ctx, hbone.Target{
-		Source: w.id, SourceAddr: src, Gateway: route.Gateway, Destination: dst, Peer: route.Identity,
+		Source: w.id, SourceAddr: src, Gateway: route.gateway, Destination: route.target, Peer: route.peer,
 		Baggage: "k8s.namespace.name=" + w.namespace + ",k8s.pod.name=" + w.name,
 	}, c)
 	if err != nil {
 		p.opts.log.Debug("outbound tunnel failed", "pod", w.namespace+"/"+w.name, "dst", dst, "err", err)
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0) // the client sees a reset, as with no proxy
-		}
+		resetConn(c)
+	}
+}
+
+// resetConn makes the client see a reset, as with no proxy and no server.
+func resetConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
 	}
 }
 
