@@ -3,6 +3,7 @@ package proxy
 import (
 	"log/slog"
 	"net/netip"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -66,6 +67,9 @@ type options struct {
 	discovery *Discovery
 	model     model.Interface
 	source    model.Source
+	// learnWait is how long a connection to a mesh address the model does
+	// not know waits for the model to learn it (see Proxy.resolve).
+	learnWait time.Duration
 }
 
 func defaults() options {
@@ -77,6 +81,7 @@ func defaults() options {
 		ports:          [3]int{PortOutbound, PortInbound, PortHBONE},
 		mark:           hbone.DefaultMark,
 		preserveSource: true,
+		learnWait:      defaultLearnWait,
 		setTransparent: setTransparent,
 		maxDials:       DefaultMaxDials,
 		maxConns:       DefaultMaxConns,

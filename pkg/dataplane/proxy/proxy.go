@@ -225,8 +225,40 @@ type outRoute struct {
 	refuse  string            // non-empty: refused, for this reason
 }
 
-// resolve decides how an outbound connection to dst travels.
-func (p *Proxy) resolve(dst netip.AddrPort) outRoute {
+// defaultLearnWait bounds the wait for the model to learn a new mesh
+// address: a pod that just started (a client connecting to a server that
+// became Ready a moment ago) reaches this node's informers a little after
+// it reaches the client, across clusters a little later still. ztunnel
+// fetches such a workload on demand for the same reason.
+const defaultLearnWait = 3 * time.Second
+
+// resolve decides how an outbound connection to dst travels. A mesh address
+// the model does not know yet is looked up again for a while before it is
+// refused (learnWait).
+func (p *Proxy) resolve(ctx context.Context, dst netip.AddrPort) outRoute {
+	r := p.resolveNow(dst)
+	if r.refuse != model.NotFound.String() || p.opts.learnWait <= 0 {
+		return r
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(p.opts.learnWait)
+	for {
+		select {
+		case <-ctx.Done():
+			return r
+		case <-deadline:
+			return r
+		case <-tick.C:
+			if r = p.resolveNow(dst); r.refuse != model.NotFound.String() {
+				return r
+			}
+		}
+	}
+}
+
+// resolveNow is resolve by what the model knows now.
+func (p *Proxy) resolveNow(dst netip.AddrPort) outRoute {
 	if p.opts.resolve != nil {
 		if r, ok := p.opts.resolve(dst); ok {
 			return outRoute{hbone: true, target: dst, gateway: r.Gateway, peer: r.Identity}

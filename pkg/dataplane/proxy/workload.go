@@ -230,7 +230,7 @@ func (p *Proxy) outbound(ctx context.Context, w *workload, c net.Conn) {
 	if dst == addrPort(c.LocalAddr()) {
 		return // a direct connection to 15001 would loop forever
 	}
-	route := p.resolve(dst)
+	route := p.resolve(ctx, dst)
 	switch {
 	case route.refuse != "":
 		p.outRefused.WithLabelValues(route.refuse).Inc()
