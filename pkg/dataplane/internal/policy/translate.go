@@ -96,16 +96,32 @@ func AuthorizationFromUnstructured(u *unstructured.Unstructured, rootNS string) 
 		}
 		a.DryRun = dry
 	}
+	// Fields are read one by one so that a broken one fails only as far as
+	// it must: see denyAll.
+	var fields map[string]json.RawMessage
 	var spec authzSpec
-	if err := decode(u.Object["spec"], &spec); err != nil {
-		// Nothing can be read, not even the action: deny everything the
-		// policy could apply to (namespace scope: the widest in its namespace).
-		a.Action, a.Rules = Deny, [][][]Match{{}}
+	denyAll := func(field string, err error) (*Authorization, []string, error) {
+		// What the policy selects or does is unknown: deny every
+		// connection to the widest set it could apply to, its namespace
+		// (every workload, from the root namespace).
+		a.Action, a.Rules, a.Scope, a.Selector = Deny, [][][]Match{{}}, ScopeNamespace, nil
 		if ns == rootNS {
 			a.Scope = ScopeGlobal
 		}
-		return a, append(warn, fmt.Sprintf("AuthorizationPolicy %s: spec: %v; denying every connection to its namespace", key, err)), nil
+		return a, append(warn, fmt.Sprintf("AuthorizationPolicy %s: %s: %v; denying every connection to its namespace", key, field, err)), nil
 	}
+	if err := decode(u.Object["spec"], &fields); err != nil {
+		return denyAll("spec", err)
+	}
+	for _, f := range []struct {
+		name string
+		v    any
+	}{{"targetRef", &spec.TargetRef}, {"targetRefs", &spec.TargetRefs}, {"selector", &spec.Selector}, {"action", &spec.Action}} {
+		if err := decode(fields[f.name], f.v); err != nil {
+			return denyAll("spec."+f.name, err)
+		}
+	}
+	rulesErr := decode(fields["rules"], &spec.Rules)
 	if len(spec.TargetRef) > 0 || len(spec.TargetRefs) > 0 {
 		return nil, append(warn, fmt.Sprintf("AuthorizationPolicy %s: targetRef binds it to a waypoint; not enforced by the node proxy", key)), nil
 	}
@@ -128,16 +144,23 @@ func AuthorizationFromUnstructured(u *unstructured.Unstructured, rootNS string) 
 		return nil, append(warn, fmt.Sprintf("AuthorizationPolicy %s: CUSTOM needs a waypoint; ignored by the node proxy, as by ztunnel", key)), nil
 	default:
 		a.Action, a.Rules = Deny, [][][]Match{{}}
-		return a, append(warn, fmt.Sprintf("AuthorizationPolicy %s: unknown action %q; denying every connection it selects", key, spec.Action)), nil
+		return a, append(warn, fmt.Sprintf("AuthorizationPolicy %s: spec.action: unknown action %q (want ALLOW, DENY, AUDIT or CUSTOM); denying every connection it selects", key, spec.Action)), nil
+	}
+	if rulesErr != nil {
+		if a.Action == Deny {
+			a.Rules = [][][]Match{{}}
+			return a, append(warn, fmt.Sprintf("AuthorizationPolicy %s: spec.rules: %v; the DENY policy matches every connection", key, rulesErr)), nil
+		}
+		return a, append(warn, fmt.Sprintf("AuthorizationPolicy %s: spec.rules: %v; the ALLOW policy matches nothing", key, rulesErr)), nil
 	}
 	for i, raw := range spec.Rules {
 		var r ruleSpec
 		if err := decode(raw, &r); err != nil {
 			if a.Action == Deny {
 				a.Rules = append(a.Rules, [][]Match{})
-				warn = append(warn, fmt.Sprintf("AuthorizationPolicy %s: rules[%d]: %v; the DENY rule matches every connection", key, i, err))
+				warn = append(warn, fmt.Sprintf("AuthorizationPolicy %s: spec.rules[%d]: %v; the DENY rule matches every connection", key, i, err))
 			} else {
-				warn = append(warn, fmt.Sprintf("AuthorizationPolicy %s: rules[%d]: %v; the ALLOW rule matches nothing", key, i, err))
+				warn = append(warn, fmt.Sprintf("AuthorizationPolicy %s: spec.rules[%d]: %v; the ALLOW rule matches nothing", key, i, err))
 			}
 			continue
 		}
@@ -356,6 +379,9 @@ func decode(in any, v any) error {
 		return nil
 	}
 	raw, ok := in.(json.RawMessage)
+	if ok && len(raw) == 0 {
+		return nil // an absent field
+	}
 	if !ok {
 		var err error
 		if raw, err = json.Marshal(in); err != nil {
@@ -366,6 +392,9 @@ func decode(in any, v any) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		// Name the field: json's own message shows Go types.
+		if te.Field == "" {
+			return fmt.Errorf("want %s, got a JSON %s", jsonType(te.Type.Kind()), te.Value)
+		}
 		return fmt.Errorf("field %s: want %s, got a JSON %s", te.Field, jsonType(te.Type.Kind()), te.Value)
 	}
 	return err
@@ -374,11 +403,11 @@ func decode(in any, v any) error {
 func jsonType(k reflect.Kind) string {
 	switch k {
 	case reflect.Slice:
-		return "list"
+		return "a list"
 	case reflect.Map, reflect.Struct, reflect.Pointer:
-		return "object"
+		return "an object"
 	case reflect.Bool:
-		return "boolean"
+		return "a boolean"
 	}
-	return "string"
+	return "a string"
 }
