@@ -9,12 +9,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
 )
 
 // ConfigDump is what /config_dump returns.
 type ConfigDump struct {
 	Workloads    []WorkloadDump   `json:"workloads"`
 	Certificates []certs.CertDump `json:"certificates"`
+	// Policies are the authorization policies in ztunnel's shape.
+	Policies []*policy.Authorization `json:"policies"`
 }
 
 // WorkloadDump describes one served pod.
@@ -44,6 +47,10 @@ func (p *Proxy) Dump() ConfigDump {
 	}
 	p.mu.Unlock()
 	sort.Slice(d.Workloads, func(i, j int) bool { return d.Workloads[i].UID < d.Workloads[j].UID })
+	d.Policies = []*policy.Authorization{}
+	if p.policies != nil {
+		d.Policies = p.policies.Dump()
+	}
 	return d
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
 )
 
 // Proxy is one node proxy.
@@ -28,6 +29,9 @@ type Proxy struct {
 	metrics  *hbone.Metrics
 	wlGauge  prometheus.Gauge
 	ready    atomic.Bool
+
+	policies     *policy.Store // nil: no authorization
+	policyDenied *prometheus.CounterVec
 
 	fallbacks     prometheus.Counter
 	dialsRefused  prometheus.Counter
@@ -60,6 +64,11 @@ func New(opts ...Option) (*Proxy, error) {
 	p.dialsRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "meshctl_proxy_dials_refused_total",
 		Help: "Dials not attempted because the workload already had its maximum of connects in progress."})
 	p.reg.MustRegister(p.dialsRefused, p.fallbacks, p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.policies = o.policies
+	if p.policies == nil && o.policyConfig != nil {
+		p.policies = policy.NewStore(o.policyRootNS)
+	}
+	p.newPolicyMetrics()
 	return p, nil
 }
 
@@ -101,6 +110,11 @@ func (p *Proxy) Run(ctx context.Context) error {
 		context.AfterFunc(ctx, func() { _ = srv.Close() })
 	}
 	defer wg.Wait()
+	stopPolicies, err := p.startPolicies(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopPolicies()
 	defer p.removeAll()
 	if p.ownCerts {
 		defer p.certs.Close()
