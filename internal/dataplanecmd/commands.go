@@ -125,6 +125,7 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 	admin := fs.String("admin-addr", "127.0.0.1:15000", "admin server (/config_dump): keep it on localhost")
 	metrics := fs.String("metrics-addr", ":15020", "Prometheus metrics")
 	ready := fs.String("ready-addr", ":15021", "readiness (/healthz/ready)")
+	rootNS := fs.String("root-namespace", "istio-system", "Istio's root namespace: its AuthorizationPolicies and PeerAuthentications apply mesh-wide")
 	return func(ctx context.Context, log *slog.Logger) error {
 		var cidrs []netip.Prefix
 		for _, c := range *meshCIDRs {
@@ -138,7 +139,12 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 		if err != nil {
 			return err
 		}
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return fmt.Errorf("loading in-cluster config (this command runs in a Pod): %w", err)
+		}
 		return proxy.Run(ctx,
+			proxy.WithPolicies(cfg, *rootNS),
 			proxy.WithWorkloadEvents(proxy.ZDS(*zdsSocket)),
 			proxy.WithTrustDomain(*trustDomain),
 			proxy.WithFetcher(csr.NewClient(cs, csr.WithTTL(*certTTL))),
