@@ -17,8 +17,12 @@
 // pod's address (logged once, counted in
 // meshctl_proxy_source_preservation_fallbacks_total).
 //
-// Not yet done: there is no policy source for the 401 hook
-// (hbone.WithAuthorizer).
+// Authorization (WithPolicies): Istio's AuthorizationPolicy and
+// PeerAuthentication at L4, read from the cluster once their CRDs exist and
+// evaluated as ztunnel does (package internal/policy). A denied tunnel gets
+// 401, a denied plaintext connection on 15006 (all of them under STRICT
+// mTLS) a reset; both count in meshctl_proxy_policy_denied_total, and
+// /config_dump lists the policies.
 //
 // Entry point: Run(ctx, opts...). In a cluster, certificates come from
 // WithFetcher(csr.NewClient(clientset)).
