@@ -130,6 +130,7 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 	network := fs.String("network", "", "this cluster's network (Istio's global.network)")
 	systemNS := fs.String("system-namespace", "", "namespace of the remote secrets (default: $POD_NAMESPACE, else istio-system)")
 	exclude := newList(fs, "exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed, as the node agent's (comma-separated)")
+	rootNS := fs.String("root-namespace", "istio-system", "Istio's root namespace: its AuthorizationPolicies and PeerAuthentications apply mesh-wide")
 	return func(ctx context.Context, log *slog.Logger) error {
 		var cidrs []netip.Prefix
 		for _, c := range *meshCIDRs {
@@ -143,7 +144,12 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 		if err != nil {
 			return err
 		}
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return fmt.Errorf("loading in-cluster config (this command runs in a Pod): %w", err)
+		}
 		opts := []proxy.Option{
+			proxy.WithPolicies(cfg, *rootNS),
 			proxy.WithWorkloadEvents(proxy.ZDS(*zdsSocket)),
 			proxy.WithTrustDomain(*trustDomain),
 			proxy.WithFetcher(csr.NewClient(cs, csr.WithTTL(*certTTL))),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
 )
 
 // ConfigDump is what /config_dump returns, in ztunnel's shape: workloads
@@ -19,6 +20,8 @@ type ConfigDump struct {
 	Services      []model.ServiceDump     `json:"services"`
 	WorkloadState map[string]WorkloadDump `json:"workloadState"`
 	Certificates  []certs.CertDump        `json:"certificates"`
+	// Policies are the authorization policies in ztunnel's shape.
+	Policies []*policy.Authorization `json:"policies"`
 }
 
 // WorkloadDump describes one served pod.
@@ -52,6 +55,10 @@ func (p *Proxy) Dump() ConfigDump {
 		d.WorkloadState[w.uid] = wd
 	}
 	p.mu.Unlock()
+	d.Policies = []*policy.Authorization{}
+	if p.policies != nil {
+		d.Policies = p.policies.Dump()
+	}
 	return d
 }
 

@@ -27,9 +27,15 @@
 // refused (meshctl_proxy_outbound_refused_total), other destinations pass
 // through. Without it, mesh CIDRs go over HBONE to any mesh identity.
 //
-// Not yet done: there is no policy source for the 401 hook
-// (hbone.WithAuthorizer), and endpoints on other networks (east-west
-// gateways) are not reached.
+// Authorization (WithPolicies): Istio's AuthorizationPolicy and
+// PeerAuthentication at L4, read from the cluster once their CRDs exist and
+// evaluated as ztunnel does (package internal/policy). A denied tunnel gets
+// 401, a denied plaintext connection on 15006 (all of them under STRICT
+// mTLS) a reset; both count in meshctl_proxy_policy_denied_total, and
+// /config_dump lists the policies.
+//
+// Not yet done: endpoints on other networks (east-west gateways) are not
+// reached.
 //
 // Entry point: Run(ctx, opts...). In a cluster, certificates come from
 // WithFetcher(csr.NewClient(clientset)).

@@ -170,14 +170,14 @@ func TestIntegrationServiceVIPOverHBONE(t *testing.T) {
 	if got, err := e.try("10.200.2.99:8080"); err == nil && got != "" {
 		t.Errorf("unknown mesh address answered %q", got)
 	}
-	if n := labelledValue(t, e.proxyA, "meshctl_proxy_outbound_refused_total", "reason", "unknown_destination"); n != 1 {
+	if n := labelledValue(t, e.proxyA, "meshctl_proxy_outbound_refused_total", map[string]string{"reason": "unknown_destination"}); n != 1 {
 		t.Errorf("refused unknown mesh destinations = %v, want 1", n)
 	}
 	// A VIP port the service does not have.
 	if got, _ := e.try(testVIP + ":81"); got != "" {
 		t.Errorf("unknown service port answered %q", got)
 	}
-	if n := labelledValue(t, e.proxyA, "meshctl_proxy_outbound_refused_total", "reason", "unknown_service_port"); n != 1 {
+	if n := labelledValue(t, e.proxyA, "meshctl_proxy_outbound_refused_total", map[string]string{"reason": "unknown_service_port"}); n != 1 {
 		t.Errorf("refused unknown service ports = %v, want 1", n)
 	}
 
@@ -199,7 +199,7 @@ func TestIntegrationSecureNaming(t *testing.T) {
 			t.Errorf("pod a → %s reached a server with the wrong identity: %q, %v", dst, got, err)
 		}
 	}
-	if n := labelledValue(t, e.proxyA, "meshctl_hbone_handshake_failures_total", "reason", "peer_identity"); n != 2 {
+	if n := labelledValue(t, e.proxyA, "meshctl_hbone_handshake_failures_total", map[string]string{"reason": "peer_identity"}); n != 2 {
 		t.Errorf("secure-naming refusals = %v, want 2", n)
 	}
 	if n := metricValue(t, e.proxyB, "meshctl_hbone_connections_opened_total", "inbound"); n != 0 {
@@ -207,24 +207,3 @@ func TestIntegrationSecureNaming(t *testing.T) {
 	}
 }
 
-// labelledValue reads the counter of name whose label has value.
-func labelledValue(t *testing.T, p *Proxy, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := p.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
-}

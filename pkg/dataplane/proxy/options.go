@@ -7,10 +7,13 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
 )
 
 // Ports, as ztunnel's port table.
@@ -70,6 +73,12 @@ type options struct {
 	// learnWait is how long a connection to a mesh address the model does
 	// not know waits for the model to learn it (see Proxy.resolve).
 	learnWait time.Duration
+	// Authorization: policyConfig is the cluster to watch; policies, set
+	// directly by tests, the store to enforce.
+	policyConfig *rest.Config
+	policyRootNS string
+	policies     *policy.Store
+	lookup       func(dst netip.Addr) (namespace string, labels map[string]string, ok bool)
 }
 
 func defaults() options {
@@ -183,4 +192,19 @@ func WithWorkloadLimits(dials, conns int) Option {
 			o.maxConns = conns
 		}
 	}
+}
+
+// WithPolicies enforces the AuthorizationPolicies and PeerAuthentications
+// (security.istio.io/v1) of the cluster cfg points at, as ztunnel does, on
+// inbound tunnels and captured plaintext; rootNamespace ("" for
+// istio-system) holds the mesh-wide ones. The proxy watches for the CRDs
+// and starts reading policies when Istio's base chart installs them.
+func WithPolicies(cfg *rest.Config, rootNamespace string) Option {
+	return func(o *options) { o.policyConfig, o.policyRootNS = cfg, rootNamespace }
+}
+
+// WithWorkloadLookup tells the proxy the namespace and labels of the
+// workload that owns an address, for policy selectors (see policy.go).
+func WithWorkloadLookup(f func(dst netip.Addr) (namespace string, labels map[string]string, ok bool)) Option {
+	return func(o *options) { o.lookup = f }
 }

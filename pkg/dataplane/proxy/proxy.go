@@ -19,6 +19,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
 )
 
 // Proxy is one node proxy.
@@ -30,6 +31,9 @@ type Proxy struct {
 	metrics  *hbone.Metrics
 	wlGauge  prometheus.Gauge
 	ready    atomic.Bool
+
+	policies     *policy.Store // nil: no authorization
+	policyDenied *prometheus.CounterVec
 
 	fallbacks     prometheus.Counter
 	dialsRefused  prometheus.Counter
@@ -81,6 +85,11 @@ func New(opts ...Option) (*Proxy, error) {
 	}
 	p.reg.MustRegister(p.dialsRefused, p.fallbacks, p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p.reg.MustRegister(p.outRefused)
+	p.policies = o.policies
+	if p.policies == nil && o.policyConfig != nil {
+		p.policies = policy.NewStore(o.policyRootNS)
+	}
+	p.newPolicyMetrics()
 	return p, nil
 }
 
@@ -126,6 +135,11 @@ func (p *Proxy) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.runSource(ctx) }()
 	}
+	stopPolicies, err := p.startPolicies(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopPolicies()
 	defer p.removeAll()
 	if p.ownCerts {
 		defer p.certs.Close()

@@ -137,6 +137,9 @@ func (p *Proxy) startWorkload(ctx context.Context, w *workload) error {
 		}),
 		hbone.WithUpstreamDialer(func(ctx context.Context, src netip.Addr, dst netip.AddrPort) (net.Conn, error) {
 			return p.dialUpstream(ctx, w, src, dst)
+		}),
+		hbone.WithAuthorizer(func(_ context.Context, peer identity.Identity, src, dst netip.AddrPort) error {
+			return p.authorize(w, "hbone", peer, src.Addr(), dst)
 		}))...)
 	if err != nil {
 		return err
@@ -267,7 +270,12 @@ func (p *Proxy) inboundPlaintext(ctx context.Context, w *workload, c net.Conn) {
 	if err != nil || hbone.IsSelfCallPort(dst.Port()) {
 		return
 	}
-	p.passthrough(ctx, w, c, dst, "inbound_plaintext", addrPort(c.RemoteAddr()).Addr())
+	src := addrPort(c.RemoteAddr()).Addr()
+	if err := p.authorize(w, "plaintext", identity.Identity{}, src, dst); err != nil {
+		refuse(c)
+		return
+	}
+	p.passthrough(ctx, w, c, dst, "inbound_plaintext", src)
 }
 
 // passthrough splices c to dst as plain TCP; src, when valid, is the client
