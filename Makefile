@@ -7,7 +7,7 @@
 #   make e2e-env   Docker engine + kind node image + registry image, built offline, cached
 #   make e2e       the e2e suite on real kind clusters (requires e2e-env)
 #   make bench     benchmarks, side by side in one run
-#   make lint      gofmt + go vet
+#   make lint      gofmt, go vet, staticcheck, shellcheck
 SHELL := /bin/bash
 GO ?= go
 BIN := _output/bin
@@ -28,7 +28,7 @@ endif
 E2E_PKG := ./test/e2e
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/e2e)
 
-.PHONY: all build test unit integration e2e e2e-env e2e-smoke bench lint up down clean
+.PHONY: all build test unit integration e2e e2e-env e2e-smoke bench bench-table lint up down clean
 all: build
 
 # meshctl-dataplane, beside meshctl, is what meshctl builds the dataplane
@@ -55,10 +55,23 @@ bench:
 	# never enters meshctl's go.mod; its interop tests run here too.
 	cd bench && $(GO) test -run Interop -bench . -benchmem .
 
-lint:
-	@out=$$(gofmt -l $$($(GO) list -f '{{.Dir}}' ./...)); \
+# staticcheck is pinned in hack/tools/go.mod (a module of its own, so its
+# dependencies stay out of meshctl's go.mod) and built from the module proxy.
+# shellcheck comes from Debian (apt-get install shellcheck; .ci/run installs it).
+STATICCHECK := _output/tools/staticcheck
+SHELL_SCRIPTS = .ci/run hack/e2e/files/runc-nocap-sysresource $(shell git ls-files '*.sh')
+
+lint: $(STATICCHECK)
+	@out=$$(gofmt -l $$($(GO) list -f '{{.Dir}}' ./...) hack/tools); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
+	@command -v shellcheck >/dev/null || { echo "shellcheck not found: apt-get install shellcheck"; exit 1; }
+	shellcheck $(SHELL_SCRIPTS)
+
+# Rebuilt when the pin changes.
+$(STATICCHECK): hack/tools/go.mod hack/tools/go.sum
+	cd hack/tools && $(GO) build -o $(CURDIR)/$@ honnef.co/go/tools/cmd/staticcheck
 
 up: build $(UP_DEPS)
 	$(BIN)/meshctl up --clusters $(CLUSTERS) $(UP_IMAGES) $(UP_FLAGS)
