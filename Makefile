@@ -7,6 +7,7 @@
 #   make e2e-env   Docker engine + kind node image + registry image, built offline, cached
 #   make e2e       the e2e suite on real kind clusters (requires e2e-env)
 #   make bench     benchmarks, side by side in one run
+#   make bench-table  the HBONE benchmarks N times, interleaved: the README's table
 #   make lint      gofmt, go vet, staticcheck, shellcheck
 SHELL := /bin/bash
 GO ?= go
@@ -60,6 +61,11 @@ bench:
 # shellcheck comes from Debian (apt-get install shellcheck; .ci/run installs it).
 STATICCHECK := _output/tools/staticcheck
 SHELL_SCRIPTS = .ci/run hack/e2e/files/runc-nocap-sysresource $(shell git ls-files '*.sh')
+
+# The README's performance table: the HBONE benchmarks N times, interleaved,
+# min/median/max of every figure and ratio (N=5 by default; see hack/bench.sh).
+bench-table:
+	hack/bench.sh
 
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$($(GO) list -f '{{.Dir}}' ./...) hack/tools); \
