@@ -43,9 +43,11 @@ test: lint integration
 
 unit:
 	$(GO) test -short -count=1 $(UNIT_PKGS)
+	cd hack/tools && $(GO) test -short -count=1 ./...
 
 integration:
 	$(GO) test -count=1 -timeout 20m $(UNIT_PKGS)
+	cd hack/tools && $(GO) test -count=1 ./...
 
 e2e: e2e-env
 	MESHCTL_E2E_REQUIRE=1 $(GO) test -count=1 -timeout 40m -v $(E2E_PKG)
@@ -72,6 +74,7 @@ lint: $(STATICCHECK)
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	cd hack/tools && $(GO) vet ./... && $(CURDIR)/$(STATICCHECK) ./...
 	@command -v shellcheck >/dev/null || { echo "shellcheck not found: apt-get install shellcheck"; exit 1; }
 	shellcheck $(SHELL_SCRIPTS)
 

@@ -7,6 +7,7 @@
 #   N=5 hack/bench.sh                 # default: 5 runs, Go's default benchtime
 #   N=2 BENCHTIME=200ms hack/bench.sh # a quick check that it all works
 #   PEER=0 hack/bench.sh              # skip bench/ (Istio's Go peer)
+#   UNITS=all hack/bench.sh           # every unit, ns/op and B/op too
 #
 # Each run is one `-count 1` pass of each package; the packages alternate
 # which goes first, so a change in the machine's load falls on both. The raw
@@ -21,6 +22,8 @@ BENCHTIME=${BENCHTIME:-}
 BENCH=${BENCH:-.}        # which benchmarks of pkg/dataplane/hbone
 PEER_BENCH=${PEER_BENCH:-Peer} # which benchmarks of bench/
 PEER=${PEER:-1}
+# the figures README quotes; ns/op and B/op stay in the raw output
+UNITS=${UNITS:-MB/s,cpu-µs/MiB,p50-µs,p99-µs,cpu-µs/op,tunnels/s,bytes/tunnel,stack-bytes/tunnel}
 OUT=${OUT:-_output/bench/$(date -u +%Y%m%dT%H%M%SZ)}
 GO=${GO:-go}
 
@@ -66,17 +69,21 @@ for ((i = 1; i <= N; i++)); do
 done
 end_load=$(cut -d' ' -f1-3 /proc/loadavg)
 
-ratios=(-ratio HBONE/TLS13 -ratio HBONE/TLS13Proxied -ratio TLS13Proxied/TLS13 -ratio HBONE/HBONENoInline)
+args=()
+if [[ $UNITS != all ]]; then
+  args+=(-units "$UNITS")
+fi
+args+=(-ratio HBONE/TLS13 -ratio HBONE/TLS13Proxied -ratio TLS13Proxied/TLS13 -ratio HBONE/HBONENoInline)
 files=("$OUT/hbone.txt")
 if [[ $PEER == 1 ]]; then
-  ratios+=(-ratio meshctl/istio)
+  args+=(-ratio meshctl/istio)
   files+=("$OUT/peer.txt")
 fi
-cpu=$(sed -n 's/^cpu: //p' "$OUT/hbone.txt" | head -1)
+cpu=$(sed -n '/^cpu: /{s/^cpu: *//; s/ *$//; p;}' "$OUT/hbone.txt" | head -1)
 {
   echo "hack/bench.sh, $start_date to $(date -u +%FT%TZ): N=$N runs, benchtime ${BENCHTIME:-1s (default)}"
   echo "commit $(git describe --always --dirty 2>/dev/null || echo unknown), $("$GO" env GOVERSION), $(nproc) CPUs${cpu:+ ($cpu)}"
   echo "load average (1, 5, 15 min): $start_load at the start, $end_load at the end"
   echo
-  "$GO" -C hack/tools run ./benchtable "${ratios[@]}" "${files[@]}"
+  "$GO" -C hack/tools run ./benchtable "${args[@]}" "${files[@]}"
 } | tee "$OUT/table.md"

@@ -4,7 +4,7 @@
 // run (HBONE/TLS13 compares HBONE's figure with TLS13's of the same run).
 // hack/bench.sh feeds it; README's performance table quotes its output.
 //
-//	benchtable [-ratio A/B]... FILE...
+//	benchtable [-units U,...] [-ratio A/B]... FILE...
 //
 // The input is `go test -bench` output. A run is what lies between two
 // "run: N" configuration lines (hack/bench.sh writes one before each run), in
@@ -41,8 +41,9 @@ func (r *ratioFlag) Set(v string) error {
 func main() {
 	var ratios ratioFlag
 	flag.Var(&ratios, "ratio", "`A/B`: the ratio of sub-benchmark A's figures to B's within each run (repeatable)")
+	units := flag.String("units", "", "comma-separated `units` to show (as the benchmarks report them: MB/s,p99-µs); empty: all")
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: benchtable [-ratio A/B]... FILE...")
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: benchtable [-units U,...] [-ratio A/B]... FILE...")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -51,6 +52,9 @@ func main() {
 		os.Exit(2)
 	}
 	t, err := readFiles(flag.Args())
+	if err == nil && *units != "" {
+		err = t.keepUnits(strings.Split(*units, ","), os.Stderr)
+	}
 	if err == nil {
 		err = t.write(os.Stdout, ratios)
 	}
@@ -119,6 +123,22 @@ func (t *table) read(r io.Reader, file string) error {
 		}
 	}
 	return br.Err()
+}
+
+// keepUnits drops the figures in other units. A unit no benchmark reports
+// is named on stderr (a typo, or benchmarks that did not run); none left is
+// an error.
+func (t *table) keepUnits(units []string, stderr io.Writer) error {
+	for _, u := range units {
+		if !slices.ContainsFunc(t.order, func(k key) bool { return k.unit == u }) {
+			fmt.Fprintf(stderr, "benchtable: no benchmark reports the unit %s\n", u)
+		}
+	}
+	t.order = slices.DeleteFunc(t.order, func(k key) bool { return !slices.Contains(units, k.unit) })
+	if len(t.order) == 0 {
+		return fmt.Errorf("no benchmark reports any of the units %s", strings.Join(units, ", "))
+	}
+	return nil
 }
 
 // ratioSeries is A/B for every benchmark that has both sub-benchmarks, per

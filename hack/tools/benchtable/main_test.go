@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,5 +94,36 @@ func TestSummary(t *testing.T) {
 		if lo != c.lo || med != c.med || hi != c.hi {
 			t.Errorf("summary(%v) = %v %v %v, want %v %v %v", c.in, lo, med, hi, c.lo, c.med, c.hi)
 		}
+	}
+}
+
+func TestKeepUnits(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "bench.txt")
+	if err := os.WriteFile(p, []byte(twoRuns), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tab, err := readFiles([]string{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.keepUnits([]string{"furlongs"}, io.Discard); err == nil || !strings.Contains(err.Error(), "furlongs") {
+		t.Fatalf("err %v, want one naming furlongs", err)
+	}
+	if tab, err = readFiles([]string{p}); err != nil {
+		t.Fatal(err)
+	}
+	var warnings strings.Builder
+	if err := tab.keepUnits([]string{"MB/s", "p99-µs", "furlongs"}, &warnings); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(warnings.String(), "furlongs") {
+		t.Errorf("no warning about furlongs: %q", warnings.String())
+	}
+	var out strings.Builder
+	if err := tab.write(&out, nil); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "ns/op") || !strings.Contains(out.String(), "| Latency1KiB/HBONE | p99-µs |") {
+		t.Errorf("want MB/s and p99-µs rows only:\n%s", out.String())
 	}
 }
