@@ -7,7 +7,8 @@
 #   make e2e-env   Docker engine + kind node image + registry image, built offline, cached
 #   make e2e       the e2e suite on real kind clusters (requires e2e-env)
 #   make bench     benchmarks, side by side in one run
-#   make lint      gofmt + go vet
+#   make bench-table  the HBONE benchmarks N times, interleaved: the README's table
+#   make lint      gofmt, go vet, staticcheck, shellcheck
 SHELL := /bin/bash
 GO ?= go
 BIN := _output/bin
@@ -28,7 +29,7 @@ endif
 E2E_PKG := ./test/e2e
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/e2e)
 
-.PHONY: all build test unit integration e2e e2e-env e2e-smoke bench lint up down clean
+.PHONY: all build test unit integration e2e e2e-env e2e-smoke bench bench-table lint up down clean
 all: build
 
 # meshctl-dataplane, beside meshctl, is what meshctl builds the dataplane
@@ -42,9 +43,11 @@ test: lint integration
 
 unit:
 	$(GO) test -short -count=1 $(UNIT_PKGS)
+	cd hack/tools && $(GO) test -short -count=1 ./...
 
 integration:
 	$(GO) test -count=1 -timeout 20m $(UNIT_PKGS)
+	cd hack/tools && $(GO) test -count=1 ./...
 
 e2e: e2e-env
 	MESHCTL_E2E_REQUIRE=1 $(GO) test -count=1 -timeout 40m -v $(E2E_PKG)
@@ -55,10 +58,29 @@ bench:
 	# never enters meshctl's go.mod; its interop tests run here too.
 	cd bench && $(GO) test -run Interop -bench . -benchmem .
 
-lint:
-	@out=$$(gofmt -l $$($(GO) list -f '{{.Dir}}' ./...)); \
+# staticcheck is pinned in hack/tools/go.mod (a module of its own, so its
+# dependencies stay out of meshctl's go.mod) and built from the module proxy.
+# shellcheck comes from Debian (apt-get install shellcheck; .ci/run installs it).
+STATICCHECK := _output/tools/staticcheck
+SHELL_SCRIPTS = .ci/run hack/e2e/files/runc-nocap-sysresource $(shell git ls-files '*.sh')
+
+# The README's performance table: the HBONE benchmarks N times, interleaved,
+# min/median/max of every figure and ratio (N=5 by default; see hack/bench.sh).
+bench-table:
+	hack/bench.sh
+
+lint: $(STATICCHECK)
+	@out=$$(gofmt -l $$($(GO) list -f '{{.Dir}}' ./...) hack/tools); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
+	cd hack/tools && $(GO) vet ./... && $(CURDIR)/$(STATICCHECK) ./...
+	@command -v shellcheck >/dev/null || { echo "shellcheck not found: apt-get install shellcheck"; exit 1; }
+	shellcheck $(SHELL_SCRIPTS)
+
+# Rebuilt when the pin changes.
+$(STATICCHECK): hack/tools/go.mod hack/tools/go.sum
+	cd hack/tools && $(GO) build -o $(CURDIR)/$@ honnef.co/go/tools/cmd/staticcheck
 
 up: build $(UP_DEPS)
 	$(BIN)/meshctl up --clusters $(CLUSTERS) $(UP_IMAGES) $(UP_FLAGS)

@@ -76,6 +76,7 @@ iptables_bundle() {
     tar -C "$r" -xf "$ROOTFS_TAR"
     # every binary and library, by its canonical path (usr-merged) and as the symlink name used
     local files
+    # shellcheck disable=SC2016 # the $ in this script are for the chroot's sh to expand
     files=$(chroot "$r" /bin/sh -ec '
       canon() { echo "$(readlink -f "$(dirname "$1")")/$(basename "$1")"; readlink -f "$1"; }
       for b in /usr/sbin/xtables-nft-multi /usr/sbin/xtables-legacy-multi /usr/sbin/nft /usr/sbin/conntrack /usr/bin/ip /usr/sbin/ip; do
@@ -104,27 +105,32 @@ PATHENV='ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 WORK=$(mktemp -d "$CACHE/images/work.XXXXXX")
 trap 'umount "$WORK/node/proc" 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
-# small_image IMAGE KEYFILES... -- SETUP_FN ARGS -- CHANGES...
+# small_image IMAGE KEY SETUP_FN CHANGES...: a skeleton, filled by SETUP_FN DIR, imported
+# as IMAGE with the docker import CHANGES, saved for the node's preload; skipped if IMAGE
+# already has KEY
 small_image() {
   local image=$1 key=$2 setup=$3; shift 3
-  local tarball=$IMG/$(echo "$image" | tr '/:' '__')-$key.tar
+  local base tarball old
+  base=$IMG/$(echo "$image" | tr '/:' '__')
+  tarball=$base-$key.tar
   if [ "$(image_key "$image")" = "$key" ] && [ -s "$tarball" ]; then
     log "image cached: $image"; echo "$tarball" >>"$WORK/preload"; return 0
   fi
   local d=$WORK/img-$RANDOM; skeleton "$d"
   $setup "$d"
   import_dir "$image" "$d" "$key" "$PATHENV" "$@"
-  docker save "$image" -o "$tarball.tmp" && mv "$tarball.tmp" "$tarball" || die "docker save $image failed"
-  ls "$IMG/$(echo "$image" | tr '/:' '__')"-*.tar 2>/dev/null | grep -vxF "$tarball" | xargs -r rm -f || true # older versions
+  { docker save "$image" -o "$tarball.tmp" && mv "$tarball.tmp" "$tarball"; } || die "docker save $image failed"
+  for old in "$base"-*.tar; do [ "$old" = "$tarball" ] || rm -f "$old"; done # older versions
   rm -rf "$d"
   log "image built: $image"
   echo "$tarball" >>"$WORK/preload"
 }
 
 : >"$WORK/preload"
-for c in kube-apiserver kube-controller-manager kube-scheduler; do
-  eval "setup_$c() { cp '$KB/$c' \"\$1/usr/local/bin/\"; }"
-  small_image "registry.k8s.io/$c:$K8S_VERSION" "$(hash_files "$KB/$c")" "setup_$c" "ENTRYPOINT [\"/usr/local/bin/$c\"]"
+# the control-plane images hold their binary alone; setup_control_plane copies $component's
+setup_control_plane() { cp "$KB/$component" "$1/usr/local/bin/"; }
+for component in kube-apiserver kube-controller-manager kube-scheduler; do
+  small_image "registry.k8s.io/$component:$K8S_VERSION" "$(hash_files "$KB/$component")" setup_control_plane "ENTRYPOINT [\"/usr/local/bin/$component\"]"
 done
 setup_kube_proxy() { cp "$KB/kube-proxy" "$1/usr/local/bin/"; iptables_bundle "$1"; }
 small_image "registry.k8s.io/kube-proxy:$K8S_VERSION" "$(hash_files "$KB/kube-proxy" "$ROOTFS_TAR" "$0")" setup_kube_proxy 'ENTRYPOINT ["/usr/local/bin/kube-proxy"]'
@@ -170,7 +176,7 @@ grep -v "$(echo "$REGISTRY_IMAGE" | tr '/:' '__')" "$WORK/preload" >"$WORK/prelo
 # ---- node image --------------------------------------------------------------------------
 NODE_KEY=$( (hash_files "$ROOTFS_TAR" "$KB/kubelet" "$KB/kubeadm" "$KB/kubectl";
   cat "$WORK/preload.node"; find "$KIND_SRC/images/base/files" -type f -print0 | sort -z | xargs -0 cat | sha256sum;
-  cat "$0" "$E2E_DIR/files/"*) | sha256sum | cut -c1-16)
+  cat "$0" "$E2E_DIR/files/"* "$E2E_DIR/kindconst/main.go") | sha256sum | cut -c1-16)
 if [ "$(image_key "$NODE_IMAGE")" = "$NODE_KEY" ]; then
   log "node image cached: $NODE_IMAGE"
 else
@@ -206,15 +212,13 @@ else
          -e 's/restrict_oom_score_adj = false/restrict_oom_score_adj = true/' "$r/etc/containerd/config.toml"
   # runc through a wrapper that drops CAP_SYS_RESOURCE and a negative oomScoreAdj when the
   # capability bounding set lacks CAP_SYS_RESOURCE (a pass-through elsewhere)
-  python3 - "$r/etc/containerd/config.toml" <<'PY' || die "cannot patch containerd config.toml"
-import sys
-p = sys.argv[1]; s = open(p).read()
-for rt in ("runc", "test-handler"):
-    hdr = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s.options]\n' % rt
-    assert hdr in s, hdr
-    s = s.replace(hdr, hdr + '    BinaryName = "/usr/local/sbin/runc-nocap-sysresource"\n', 1)
-open(p, "w").write(s)
-PY
+  wrapper=/usr/local/sbin/runc-nocap-sysresource
+  sed -i -E "s#^[[:space:]]*\[plugins\.\"io\.containerd\.grpc\.v1\.cri\"\.containerd\.runtimes\.(runc|test-handler)\.options\]\$#&\n    BinaryName = \"$wrapper\"#" \
+    "$r/etc/containerd/config.toml"
+  for rt in runc test-handler; do
+    grep -A1 -F "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.$rt.options]" "$r/etc/containerd/config.toml" \
+      | grep -qxF "    BinaryName = \"$wrapper\"" || die "cannot patch containerd config.toml: no options table for runtime $rt"
+  done
   # containerd's unit asks for OOMScoreAdjust=-999, which needs CAP_SYS_RESOURCE
   mkdir -p "$r/etc/systemd/system/containerd.service.d"
   printf '[Service]\nOOMScoreAdjust=0\n' >"$r/etc/systemd/system/containerd.service.d/10-meshctl.conf"
@@ -226,12 +230,10 @@ PY
   ln -sf /dev/null "$r/etc/systemd/system/systemd-binfmt.service"
   # kind's metadata: version and default manifests (CNI, storage)
   printf '%s' "$K8S_VERSION" >"$r/kind/version"
-  gen=$WORK/genmanifests; mkdir -p "$gen"
-  sed 's/^package nodeimage/package main/' "$KIND_SRC/pkg/build/nodeimage/const_cni.go" >"$gen/cni.go"
-  sed 's/^package nodeimage/package main/' "$KIND_SRC/pkg/build/nodeimage/const_storage.go" >"$gen/storage.go"
-  printf 'package main\nimport ("os";"fmt")\nfunc main(){ if os.Args[1]=="cni" {fmt.Print(defaultCNIManifest)} else {fmt.Print(defaultStorageManifest)}; _ = defaultCNIImages; _ = defaultStorageImages }\n' >"$gen/main.go"
-  printf 'module genmanifests\ngo 1.22\n' >"$gen/go.mod"
-  (cd "$gen" && go build -o gen . && ./gen cni >"$r/kind/manifests/default-cni.yaml" && ./gen storage >"$r/kind/manifests/default-storage.yaml") \
+  nodeimage=("$KIND_SRC/pkg/build/nodeimage/const_cni.go" "$KIND_SRC/pkg/build/nodeimage/const_storage.go")
+  { go -C "$E2E_DIR/../.." build -o "$WORK/kindconst" ./hack/e2e/kindconst \
+      && "$WORK/kindconst" defaultCNIManifest "${nodeimage[@]}" >"$r/kind/manifests/default-cni.yaml" \
+      && "$WORK/kindconst" defaultStorageManifest "${nodeimage[@]}" >"$r/kind/manifests/default-storage.yaml"; } \
     || die "cannot extract kind's default manifests from $KIND_SRC"
   # preload images into the node's containerd (run the rootfs's own containerd in a chroot)
   log "preloading $(wc -l <"$WORK/preload.node") images into the node's containerd"

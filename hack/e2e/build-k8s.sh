@@ -14,8 +14,9 @@ fi
 
 MOD=$CACHE/src/k8s-$K8S_VERSION
 mkdir -p "$MOD" "$OUT"
+# the committed wrapper module when it is for this version; else one generated below
 if [ -f "$E2E_DIR/gomod/k8s/go.mod" ] && grep -q "k8s.io/kubernetes $K8S_VERSION" "$E2E_DIR/gomod/k8s/go.mod"; then
-  cp "$E2E_DIR/gomod/k8s/go.mod" "$E2E_DIR/gomod/k8s/go.sum" "$MOD/"
+  cp "$E2E_DIR/gomod/k8s/"{go.mod,go.sum,tools.go} "$MOD/"
 fi
 if [ ! -f "$MOD/go.sum" ]; then
   log "generating wrapper module for k8s.io/kubernetes $K8S_VERSION"
@@ -31,18 +32,14 @@ if [ ! -f "$MOD/go.sum" ]; then
     # every staging module k8s.io/kubernetes replaces with ./staging/... -> the published module
     grep -E '^\s*k8s.io/[a-z0-9-]+ => ./staging/' "$kmod" | awk -v v="$K8S_STAGING_VERSION" '{print "replace " $1 " => " $1 " " v}'
   } >"$MOD/go.mod"
+  # tools.go keeps the commands' packages in the module for go mod tidy
   {
-    echo "//go:build tools"
-    echo "package tools"
-    echo "import ("
-    for c in "${CMDS[@]}"; do echo "	_ \"k8s.io/kubernetes/cmd/$c\""; done
-    echo ")"
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "${CMDS[@]}"
+    printf ')\n'
   } >"$MOD/tools.go"
   (cd "$MOD" && go mod tidy) || die "go mod tidy failed for the k8s wrapper module"
 fi
-[ -f "$MOD/tools.go" ] || {
-  { echo "//go:build tools"; echo "package tools"; echo "import ("
-    for c in "${CMDS[@]}"; do echo "	_ \"k8s.io/kubernetes/cmd/$c\""; done; echo ")"; } >"$MOD/tools.go"; }
 
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
 X=""

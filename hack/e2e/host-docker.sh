@@ -70,8 +70,7 @@ start_dockerd() {
     fi
     nohup setsid dockerd --pidfile /run/meshctl-dockerd.pid >>"$DOCKERD_LOG" 2>&1 </dev/null &
   fi
-  local i
-  for i in $(seq 1 60); do engine_answers && return 0; sleep 1; done
+  for _ in $(seq 1 60); do engine_answers && return 0; sleep 1; done
   tail -20 "$DOCKERD_LOG" >&2 || true
   die "dockerd did not answer within 60s (log: $DOCKERD_LOG)"
 }

@@ -15,6 +15,7 @@ DEBIAN_SUITE=${DEBIAN_SUITE:-bookworm}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 CACHE=${MESHCTL_CACHE:-/var/cache/meshctl}
+# shellcheck disable=SC2034 # for the scripts that source this file
 E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NODE_IMAGE=${NODE_IMAGE:-meshctl/node:${K8S_VERSION}}
 REGISTRY_IMAGE=${REGISTRY_IMAGE:-meshctl/registry:${REGISTRY_VERSION}}

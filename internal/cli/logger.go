@@ -18,7 +18,6 @@ type Logger struct {
 	verbosity log.Level
 	quiet     bool
 	color     bool
-	prefix    string
 }
 
 var _ log.Logger = (*Logger)(nil)

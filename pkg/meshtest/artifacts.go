@@ -124,7 +124,8 @@ func (c *Cluster) collectLogs(ctx context.Context, dir string, p *corev1.Pod) er
 				name = cs.Name + ".previous.log"
 			}
 			path := filepath.Join(dir, "logs", p.Namespace, p.Name, name)
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+			err = os.MkdirAll(filepath.Dir(path), 0o755)
+			if err == nil {
 				err = fsutil.WriteFile(path, raw, 0o644)
 			}
 			if err != nil {

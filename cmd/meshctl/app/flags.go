@@ -98,13 +98,6 @@ func (f flags) explicitImageVar(p *explicit, name, def, usage string) {
 	f.add(explicitValue{p}, name, "", usage)
 }
 
-// stringSliceVar binds a comma-separated list, as pflag's StringSlice: each
-// use splits at commas and adds to the list.
-func (f flags) stringSliceVar(p *[]string, name string, def []string, usage string) {
-	*p = def
-	f.add(&listValue{p: p, csv: true}, name, "", usage)
-}
-
 // stringArrayVarP binds a repeatable flag, as pflag's StringArray: each use
 // adds one element, commas and all (a --set of a={x,y} stays whole).
 func (f flags) stringArrayVarP(p *[]string, name, short, usage string) {

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -117,22 +116,14 @@ func (e explicitValue) setConfig(v any) error { return setScalar(e, v) }
 // ones add to it, as pflag's lists do.
 type listValue struct {
 	p       *[]string
-	csv     bool
 	changed bool
 }
 
 func (l *listValue) Set(v string) error {
-	items := []string{v}
-	if l.csv {
-		var err error
-		if items, err = readCSV(v); err != nil {
-			return err
-		}
-	}
 	if !l.changed {
 		*l.p = nil
 	}
-	*l.p = append(*l.p, items...)
+	*l.p = append(*l.p, v)
 	l.changed = true
 	return nil
 }
@@ -145,12 +136,7 @@ func (l *listValue) String() string {
 	return "[" + strings.Join(*l.p, ",") + "]"
 }
 
-func (l *listValue) Type() string {
-	if l.csv {
-		return "stringSlice"
-	}
-	return "stringArray"
-}
+func (l *listValue) Type() string { return "stringArray" }
 
 // setConfig takes a YAML list as the list, element by element (commas in
 // an element are kept), and a scalar as one use of the flag.
@@ -170,17 +156,6 @@ func (l *listValue) setConfig(v any) error {
 	*l.p = list
 	l.changed = true
 	return nil
-}
-
-func readCSV(v string) ([]string, error) {
-	if v == "" {
-		return nil, nil
-	}
-	items, err := csv.NewReader(strings.NewReader(v)).Read()
-	if err != nil {
-		return nil, fmt.Errorf("want a comma-separated list: %w", err)
-	}
-	return items, nil
 }
 
 type choiceValue struct {
@@ -208,61 +183,6 @@ func orList(s []string) string {
 		return strings.Join(s, "")
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
-}
-
-// prefixListValue is a comma-separated list of CIDRs (10.244.0.0/16,fd00::/48).
-type prefixListValue struct {
-	p       *[]netip.Prefix
-	changed bool
-}
-
-func (l *prefixListValue) Set(v string) error {
-	items, err := readCSV(v)
-	if err != nil {
-		return err
-	}
-	var ps []netip.Prefix
-	for _, item := range items {
-		p, err := netip.ParsePrefix(strings.TrimSpace(item))
-		if err != nil {
-			return fmt.Errorf("want CIDRs such as 10.244.0.0/16,fd00:10:244::/56: %w", err)
-		}
-		ps = append(ps, p)
-	}
-	if !l.changed {
-		*l.p = nil
-	}
-	*l.p = append(*l.p, ps...)
-	l.changed = true
-	return nil
-}
-
-func (l *prefixListValue) String() string {
-	if len(*l.p) == 0 {
-		return ""
-	}
-	s := make([]string, len(*l.p))
-	for i, p := range *l.p {
-		s[i] = p.String()
-	}
-	return "[" + strings.Join(s, ",") + "]"
-}
-
-func (l *prefixListValue) Type() string { return "stringSlice" }
-
-func (l *prefixListValue) setConfig(v any) error {
-	items, ok := v.([]any)
-	if !ok {
-		return setScalar(l, v)
-	}
-	*l.p, l.changed = nil, false
-	for i, item := range items {
-		if err := setScalar(l, item); err != nil {
-			return fmt.Errorf("item %d: %w", i+1, err)
-		}
-	}
-	l.changed = true
-	return nil
 }
 
 // gatewayAddress is a known address of a network's east-west gateway.

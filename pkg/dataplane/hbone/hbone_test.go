@@ -218,6 +218,8 @@ func TestInboundRejects(t *testing.T) {
 // rawClient is an h2 client with a valid mesh certificate that can send
 // requests the Dialer never would: x/net's, an implementation independent of
 // the server's h2tun.
+//
+//lint:ignore SA1019 x/net/http2's client conn is wanted here: an implementation independent of h2tun
 func rawClient(t *testing.T, e *env, id identity.Identity) *http2.ClientConn {
 	t.Helper()
 	cert := issue(t, e.ca, id)
@@ -227,6 +229,7 @@ func rawClient(t *testing.T, e *env, id identity.Identity) *http2.ClientConn {
 	if err != nil {
 		t.Fatal(err)
 	}
+	//lint:ignore SA1019 as above: x/net/http2, independent of h2tun
 	cc, err := (&http2.Transport{}).NewClientConn(tc)
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,7 @@ func TestDialerSendsZtunnelHeaders(t *testing.T) {
 		if err := tc.Handshake(); err != nil { // the h2 server checks the negotiated TLS state
 			return
 		}
+		//lint:ignore SA1019 x/net/http2's server is wanted here: an h2 implementation independent of h2tun
 		(&http2.Server{}).ServeConn(tc, &http2.ServeConnOpts{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			got <- r
 			w.WriteHeader(http.StatusOK)

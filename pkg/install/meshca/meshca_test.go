@@ -98,7 +98,7 @@ func TestEnsureCreatesIstioCacerts(t *testing.T) {
 	}
 
 	root := parseCert(t, filepath.Join(dir, RootCertFile))
-	if life := root.NotAfter.Sub(time.Now()); life < DefaultRootLifetime-time.Hour || life > DefaultRootLifetime {
+	if life := time.Until(root.NotAfter); life < DefaultRootLifetime-time.Hour || life > DefaultRootLifetime {
 		t.Errorf("root lifetime %s", life)
 	}
 	roots := x509.NewCertPool()
@@ -118,7 +118,7 @@ func TestEnsureCreatesIstioCacerts(t *testing.T) {
 		if k, ok := inter.PublicKey.(*ecdsa.PublicKey); !ok || k.Curve != elliptic.P256() {
 			t.Errorf("%s: key is not ECDSA P-256", c)
 		}
-		if life := inter.NotAfter.Sub(time.Now()); life < DefaultIntermediateLifetime-time.Hour || life > DefaultIntermediateLifetime {
+		if life := time.Until(inter.NotAfter); life < DefaultIntermediateLifetime-time.Hour || life > DefaultIntermediateLifetime {
 			t.Errorf("%s: lifetime %s", c, life)
 		}
 		if _, err := inter.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
