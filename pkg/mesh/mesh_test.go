@@ -44,6 +44,10 @@ func (f *fakeProvider) Up(_ context.Context, plan *cluster.Plan, _ ...cluster.Up
 	return res, nil
 }
 
+func (f *fakeProvider) Down(_ context.Context, env string, _ ...cluster.DownOption) (*cluster.DownResult, error) {
+	return &cluster.DownResult{Env: env}, nil
+}
+
 func (f *fakeProvider) Environment(context.Context, string) ([]cluster.ClusterPlan, error) {
 	return nil, nil
 }
@@ -116,7 +120,7 @@ func TestUpRefusesBeforeCreating(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := &fakeProvider{dir: t.TempDir()}
 			opts := append([]Option{WithArtifacts(t.TempDir()), WithImage(image.WithBinary(bin))}, tt.opts...)
-			res, err := New(p, opts...).Up(context.Background(), tt.plan)
+			res, err := NewUp(NewConfig(p, opts...)).Run(context.Background(), tt.plan)
 			if err == nil || res != nil {
 				t.Fatalf("Up = %+v, %v; want an error", res, err)
 			}
@@ -136,9 +140,9 @@ func TestUpRefusesBeforeCreating(t *testing.T) {
 // an existing cluster installable without a push.
 func TestUserImageNeedsNoRegistry(t *testing.T) {
 	p := &fakeProvider{dir: t.TempDir()}
-	b := New(p, WithArtifacts(t.TempDir()), WithImage(image.WithBinary(staticBinary(t))),
+	b := NewConfig(p, WithArtifacts(t.TempDir()), WithImage(image.WithBinary(staticBinary(t))),
 		WithValues(values.WithSet("image.repository=registry.example.com/mesh/dataplane")))
-	if err := b.ValidateInstall(plan(t, 2)); err != nil {
+	if err := NewInstall(b).Validate(plan(t, 2)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -147,7 +151,7 @@ func TestUserImageNeedsNoRegistry(t *testing.T) {
 // environment, and the result still holds the clusters.
 func TestStepErrorKeepsWhatWasDone(t *testing.T) {
 	p := &fakeProvider{dir: t.TempDir(), statusErr: errors.New("docker is gone")}
-	res, err := New(p, WithArtifacts(t.TempDir()), WithInstall(false)).Up(context.Background(), plan(t))
+	res, err := NewUp(NewConfig(p, WithArtifacts(t.TempDir()), WithInstall(false))).Run(context.Background(), plan(t))
 	var se *StepError
 	if !errors.As(err, &se) || se.Step != StepConnect || se.Env != "mt" || !strings.Contains(err.Error(), "docker is gone") {
 		t.Fatalf("Up error = %v, want a StepError for %q", err, StepConnect)
@@ -186,7 +190,7 @@ func TestUninstallRemovesTheImage(t *testing.T) {
 			kindCluster("cluster5", "control-plane"),
 		}}}
 	var logs bytes.Buffer
-	b := New(p, WithLogger(cli.NewLogger(&logs)), WithImage(image.WithBinary(staticBinary(t)), image.WithTag("t1")))
+	b := NewConfig(p, WithLogger(cli.NewLogger(&logs)), WithImage(image.WithBinary(staticBinary(t)), image.WithTag("t1")))
 	var cs []cluster.ClusterPlan
 	for _, c := range p.status.Clusters[:4] { // cluster5 is not being uninstalled
 		cs = append(cs, c.ClusterPlan)
