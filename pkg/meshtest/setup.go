@@ -48,7 +48,7 @@ func New(ctx context.Context, opts ...Option) (*Env, error) {
 		}
 		return nil, err
 	}
-	return load(d, o.prov, o.log())
+	return load(d, o.prov, o.log(), o.mesh...)
 }
 
 // Close deletes the environment if this run created it and was not told to
@@ -114,9 +114,9 @@ func (o options) resolved() (options, error) {
 // clusters' state for whoever debugs it, then deletes what this run created
 // unless told to keep it, and says where the artifacts are.
 func abandon(ctx context.Context, o options, d description, cause error) error {
-	e, err := load(d, o.prov, o.log())
+	e, err := load(d, o.prov, o.log(), o.mesh...)
 	if err != nil {
-		e = &Env{desc: d, prov: o.prov, logger: o.log()}
+		e = &Env{desc: d, prov: o.prov, logger: o.log(), meshOpts: o.mesh}
 	} else {
 		dir := filepath.Join(d.Artifacts, d.Env, "setup-failure")
 		if err := e.CollectArtifacts(ctx, dir); err != nil {
