@@ -3,7 +3,7 @@
 // one type each, over one shared Config (as helm's pkg/action does over its
 // Configuration). Up brings an environment up the way `meshctl up` does: the
 // clusters (pkg/cluster), then routes between clusters on one network and
-// east-west gateways between networks (pkg/connect), Istio remote secrets,
+// east-west gateways between networks (pkg/connect/...), Istio remote secrets,
 // each cluster's intermediate of a shared root CA (cacerts), and meshctl's
 // CNI and HBONE dataplane (Helm charts, image side-loaded or pushed). Down
 // removes meshctl's Helm releases from the clusters it keeps, then deletes
@@ -34,9 +34,9 @@ import (
 
 	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/pkg/cluster"
-	"github.com/meshctl/meshctl/pkg/connect"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
+	"github.com/meshctl/meshctl/pkg/connect/routes"
 	"github.com/meshctl/meshctl/pkg/install/image"
 	"github.com/meshctl/meshctl/pkg/install/installer"
 	"github.com/meshctl/meshctl/pkg/install/meshca"
@@ -211,7 +211,7 @@ func (m *Config) Clients() *kubeclient.Factory { return m.o.clients }
 type Result struct {
 	*cluster.UpResult
 	// Routes are the same-network routes connect put on each node.
-	Routes *connect.Result `json:"routes,omitempty"`
+	Routes *routes.Result `json:"routes,omitempty"`
 	// Gateways: in a multi-network environment, each cluster's east-west
 	// gateway.
 	Gateways      []gateway.ClusterResult `json:"gateways"`
@@ -269,7 +269,7 @@ func (m *Config) up(ctx context.Context, plan *cluster.Plan) (*Result, error) {
 
 // ConnectResult is what Connect did.
 type ConnectResult struct {
-	Routes        *connect.Result         `json:"routes"`
+	Routes        *routes.Result          `json:"routes"`
 	Gateways      []gateway.ClusterResult `json:"gateways"`
 	RemoteSecrets *remotesecret.Result    `json:"remoteSecrets,omitempty"`
 }
@@ -286,7 +286,7 @@ func (m *Config) connect(ctx context.Context, env string) (*ConnectResult, error
 	out := &ConnectResult{Gateways: []gateway.ClusterResult{}}
 	err = m.step("Connecting clusters on the same network", func() error {
 		var err error
-		out.Routes, err = connect.New(m.p, m.p, connect.WithLogger(m.o.logger)).Connect(ctx, env)
+		out.Routes, err = routes.New(m.p, m.p, routes.WithLogger(m.o.logger)).Connect(ctx, env)
 		return err
 	})
 	if err != nil {

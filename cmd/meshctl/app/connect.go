@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshctl/meshctl/pkg/connect"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
+	"github.com/meshctl/meshctl/pkg/connect/routes"
 	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
@@ -73,7 +73,7 @@ cluster's API server on the kind network as its reader service account.`,
 // multi-network environment each cluster's east-west gateway, and the remote
 // secrets.
 type connectResult struct {
-	*connect.Result
+	*routes.Result
 	Gateways []gateway.ClusterResult `json:"gateways"`
 	withRemoteSecrets
 }
