@@ -52,7 +52,9 @@ func New(ctx context.Context, opts ...Option) (*Env, error) {
 }
 
 // Close deletes the environment if this run created it and was not told to
-// keep it; a reused environment is left alone.
+// keep it, as `meshctl down` does (mesh.Down): kind clusters are deleted,
+// and existing clusters lose meshctl's Helm releases and labelled objects but
+// are never deleted. A reused environment is left alone.
 func (e *Env) Close(ctx context.Context) error { return e.teardown(ctx) }
 
 // SynchronizedSetup returns the two functions of a SynchronizedBeforeSuite
