@@ -10,10 +10,8 @@ import (
 	"sort"
 	"strings"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // Existing is a kind cluster found on this machine, or an existing
@@ -364,12 +362,12 @@ func (p *Provider) uninstallFrom(ctx context.Context, env string, c ClusterPlan)
 	if err != nil {
 		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
 	}
-	rc, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	kg := kubeclient.FromBytes(kc, "", kubeclient.WithTimeout(existingTimeout))
+	rc, err := kg.RESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
 	}
-	rc.Timeout = existingTimeout
-	cs, err := kubernetes.NewForConfig(rc)
+	cs, err := kg.Kubernetes()
 	if err != nil {
 		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
 	}

@@ -24,6 +24,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // Discovery is what Up learned of an existing cluster from its API server.
@@ -163,17 +164,17 @@ func contextName(c ClusterPlan) string {
 }
 
 // existingClient connects to an existing cluster.
-func existingClient(c ClusterPlan) (*kubernetes.Clientset, *rest.Config, error) {
+func existingClient(c ClusterPlan) (kubernetes.Interface, *rest.Config, error) {
 	cfg, err := existingKubeconfig(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	rc, err := clientcmd.NewDefaultClientConfig(*cfg, nil).ClientConfig()
+	kg := kubeclient.FromAPIConfig(*cfg, "", kubeclient.WithTimeout(existingTimeout))
+	rc, err := kg.RESTConfig()
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubeconfig %s: context %s: %w", c.Kubeconfig, contextName(c), err)
 	}
-	rc.Timeout = existingTimeout
-	cs, err := kubernetes.NewForConfig(rc)
+	cs, err := kg.Kubernetes()
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubeconfig %s: context %s: %w", c.Kubeconfig, contextName(c), err)
 	}

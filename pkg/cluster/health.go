@@ -37,10 +37,10 @@ const (
 	StateRoutesStale = "routes stale"
 )
 
-// Paths on kind nodes of the route reconciler pkg/connect installs: the
+// Paths on kind nodes of the route reconciler pkg/connect/routes installs: the
 // routes to peer clusters keyed by peer node name, and the script that
 // resolves the names and keeps the kernel's routes in step. Status runs the
-// script's check mode; pkg/connect writes both.
+// script's check mode; pkg/connect/routes writes both.
 const (
 	NodeRoutesFile   = "/kind/meshctl/routes"
 	NodeRoutesScript = "/kind/meshctl/routes.sh"

@@ -6,8 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // NodeStatus is one Kubernetes node as status reports it.
@@ -24,11 +24,11 @@ type NodeStatus struct {
 type apiNodeReader struct{}
 
 func (apiNodeReader) Nodes(ctx context.Context, kubeconfig []byte) ([]NodeStatus, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
+	kg := kubeclient.FromBytes(kubeconfig, "")
+	if _, err := kg.RESTConfig(); err != nil {
 		return nil, fmt.Errorf("parsing kubeconfig: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kg.Kubernetes()
 	if err != nil {
 		return nil, fmt.Errorf("creating client: %w", err)
 	}

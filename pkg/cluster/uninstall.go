@@ -11,8 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // uninstall deletes from a cluster every object labelled
@@ -26,13 +27,12 @@ import (
 func uninstall(ctx context.Context, rc *rest.Config) ([]string, error) {
 	// Listing every type includes deprecated ones (v1 Endpoints): their
 	// warnings would only puzzle a user who ran down.
-	rc = rest.CopyConfig(rc)
-	rc.WarningHandler = rest.NoWarnings{}
-	dc, err := discovery.NewDiscoveryClientForConfig(rc)
+	kg := kubeclient.FromConfig(rc, kubeclient.WithoutWarnings())
+	dc, err := kg.Discovery()
 	if err != nil {
 		return nil, fmt.Errorf("creating discovery client: %w", err)
 	}
-	dyn, err := dynamic.NewForConfig(rc)
+	dyn, err := kg.Dynamic()
 	if err != nil {
 		return nil, fmt.Errorf("creating client: %w", err)
 	}

@@ -10,8 +10,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshctl/meshctl/internal/parallel"
 	"github.com/meshctl/meshctl/pkg/cluster"
@@ -19,6 +17,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/install/image"
 	"github.com/meshctl/meshctl/pkg/install/installer"
 	"github.com/meshctl/meshctl/pkg/install/values"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // Charts are meshctl's charts, in install order.
@@ -55,28 +54,28 @@ func (r *InstallReport) Failed() []string {
 	return out
 }
 
-// Install installs meshctl's charts into every cluster of plan, in parallel:
+// install installs meshctl's charts into every cluster of plan, in parallel:
 // values (with the east-west gateway addresses connect found), the image
 // (side-loaded into kind nodes, pushed with WithImageRegistry), then the
 // charts. Input is checked in full before anything is changed: the error is
 // about input or reachability, per-cluster failures are in the report (see
 // InstallReport.Failed). With WithIstio, Istio's control plane follows
-// (see InstallIstio); WithInstall(false) leaves the dataplane out.
-func (b *Builder) Install(ctx context.Context, plan *cluster.Plan, gateways ...gateway.ClusterResult) (*InstallReport, error) {
-	ctx, unlock, err := b.lock(ctx, plan.Env, "install")
+// (see installIstio); WithInstall(false) leaves the dataplane out.
+func (m *Config) install(ctx context.Context, plan *cluster.Plan, gateways ...gateway.ClusterResult) (*InstallReport, error) {
+	ctx, unlock, err := m.lock(ctx, plan.Env, "install")
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
 	report := &InstallReport{Env: plan.Env, Clusters: []installer.ClusterResult{}}
-	if b.o.install {
+	if m.o.install {
 		var err error
-		if report, err = b.installDataplane(ctx, plan, gateways); err != nil {
+		if report, err = m.installDataplane(ctx, plan, gateways); err != nil {
 			return nil, err
 		}
 	}
-	if b.o.istio != nil {
-		ist, err := b.InstallIstio(ctx, plan, gateways...)
+	if m.o.istio != nil {
+		ist, err := m.installIstio(ctx, plan, gateways...)
 		if err != nil {
 			return report, err
 		}
@@ -85,29 +84,29 @@ func (b *Builder) Install(ctx context.Context, plan *cluster.Plan, gateways ...g
 	return report, nil
 }
 
-func (b *Builder) installDataplane(ctx context.Context, plan *cluster.Plan, gateways []gateway.ClusterResult) (*InstallReport, error) {
-	prep, err := b.prepareInstall(plan, gateways)
+func (m *Config) installDataplane(ctx context.Context, plan *cluster.Plan, gateways []gateway.ClusterResult) (*InstallReport, error) {
+	prep, err := m.prepareInstall(plan, gateways)
 	if err != nil {
 		return nil, err
 	}
-	if err := requireCacerts(ctx, prep.targets); err != nil {
+	if err := requireCacerts(ctx, m.o.clients, prep.targets); err != nil {
 		return nil, err
 	}
 	img := prep.img
 	report := &InstallReport{Env: plan.Env, Image: img.Ref(), ImageID: prep.id}
-	if b.o.pushRegistry != "" {
-		if err := b.step(fmt.Sprintf("Pushing %s", img.Ref()), func() error {
+	if m.o.pushRegistry != "" {
+		if err := m.step(fmt.Sprintf("Pushing %s", img.Ref()), func() error {
 			report.Pushed, err = img.Push(ctx)
 			return err
 		}); err != nil {
 			return nil, err
 		}
 	}
-	if err := b.loadImage(ctx, plan, img, report); err != nil {
+	if err := m.loadImage(ctx, plan, img, report); err != nil {
 		return nil, err
 	}
 	var res *installer.Result
-	err = b.step(fmt.Sprintf("Installing %s into %d cluster(s)", strings.Join(Charts, " and "), len(prep.targets)), func() error {
+	err = m.step(fmt.Sprintf("Installing %s into %d cluster(s)", strings.Join(Charts, " and "), len(prep.targets)), func() error {
 		var err error
 		if res, err = prep.installer.Install(ctx, prep.targets...); err == nil && res.Failed() {
 			return errFailedClusters // the status line only: the report says which
@@ -132,17 +131,17 @@ type preparedInstall struct {
 	installer *installer.Installer
 }
 
-// ValidateInstall checks what Install would install into plan's clusters
+// validateInstall checks what Install would install into plan's clusters
 // without touching any of them, so `up` can refuse bad values, a bad image
 // or an existing cluster without an image source before creating anything.
-func (b *Builder) ValidateInstall(plan *cluster.Plan) error {
-	if b.o.install {
-		if _, err := b.prepareInstall(plan, nil); err != nil {
+func (m *Config) validateInstall(plan *cluster.Plan) error {
+	if m.o.install {
+		if _, err := m.prepareInstall(plan, nil); err != nil {
 			return err
 		}
 	}
-	if b.o.istio != nil {
-		if _, err := b.prepareIstio(context.Background(), plan, nil); err != nil {
+	if m.o.istio != nil {
+		if _, err := m.prepareIstio(context.Background(), plan, nil); err != nil {
 			return err
 		}
 	}
@@ -152,28 +151,28 @@ func (b *Builder) ValidateInstall(plan *cluster.Plan) error {
 // prepareInstall renders and checks everything Install needs: values
 // against the charts' schemas, the image, and where existing clusters will
 // get the image from.
-func (b *Builder) prepareInstall(plan *cluster.Plan, gateways []gateway.ClusterResult) (*preparedInstall, error) {
-	rendered, err := b.renderValues(plan, gateways)
+func (m *Config) prepareInstall(plan *cluster.Plan, gateways []gateway.ClusterResult) (*preparedInstall, error) {
+	rendered, err := m.renderValues(plan, gateways)
 	if err != nil {
 		return nil, err
 	}
-	img, id, err := b.dataplaneImage()
+	img, id, err := m.dataplaneImage()
 	if err != nil {
 		return nil, err
 	}
 	prep := &preparedInstall{img: img, id: id, targets: make([]installer.Target, len(rendered)),
-		installer: installer.New(installer.WithTimeout(b.o.installTimeout))}
+		installer: installer.New(installer.WithTimeout(m.o.installTimeout), installer.WithClients(m.o.clients))}
 	var unreachable []string
 	for n, r := range rendered {
 		c, _ := plan.Cluster(r.Name)
 		v := r.Values
-		if c.Existing && b.o.pushRegistry == "" && !userImage(v) {
+		if c.Existing && m.o.pushRegistry == "" && !userImage(v) {
 			unreachable = append(unreachable, c.Name)
 		}
 		// What meshctl knows goes under what the user set.
 		fillDefaults(v, "image", map[string]any{"repository": img.Repository(), "tag": img.TagName(), "id": id})
 		fillDefaults(v, "proxy", map[string]any{"meshCIDRs": meshCIDRs(plan, c)})
-		prep.targets[n] = installer.Target{Cluster: c.Name, Kubeconfig: b.p.KubeconfigPath(plan.Env, c.Name, false), Values: v}
+		prep.targets[n] = installer.Target{Cluster: c.Name, Kubeconfig: m.p.KubeconfigPath(plan.Env, c.Name, false), Values: v}
 	}
 	if len(unreachable) > 0 {
 		// Their nodes are not containers on this machine: side-loading
@@ -190,7 +189,7 @@ func (b *Builder) prepareInstall(plan *cluster.Plan, gateways []gateway.ClusterR
 // renderValues renders every cluster's values as `meshctl values render`
 // does, with the east-west gateway addresses the user gave, and those
 // connect found for the other networks.
-func (b *Builder) renderValues(plan *cluster.Plan, gateways []gateway.ClusterResult) ([]values.Cluster, error) {
+func (m *Config) renderValues(plan *cluster.Plan, gateways []gateway.ClusterResult) ([]values.Cluster, error) {
 	// Where connect exposed a primary's istiod comes first: an address the
 	// user gave (in valuesOpts) overrides it.
 	var vopts []values.Option
@@ -199,15 +198,15 @@ func (b *Builder) renderValues(plan *cluster.Plan, gateways []gateway.ClusterRes
 			vopts = append(vopts, values.WithIstiodAddress(g.Cluster, a))
 		}
 	}
-	vopts = append(vopts, b.o.valuesOpts...)
-	for network, addrs := range b.o.gatewayAddrs {
+	vopts = append(vopts, m.o.valuesOpts...)
+	for network, addrs := range m.o.gatewayAddrs {
 		for _, a := range addrs {
 			vopts = append(vopts, values.WithGatewayAddress(network, a))
 		}
 	}
 	// What connect found fills in every network the user did not give.
 	for network, addrs := range (&gateway.Result{Clusters: gateways}).GatewayAddresses() {
-		if _, given := b.o.gatewayAddrs[network]; given {
+		if _, given := m.o.gatewayAddrs[network]; given {
 			continue
 		}
 		for _, a := range addrs {
@@ -223,23 +222,23 @@ func (b *Builder) renderValues(plan *cluster.Plan, gateways []gateway.ClusterRes
 	return values.New(vopts...).Render(plan)
 }
 
-// dataplaneImage builds the image once per Builder: Up validates the install
+// dataplaneImage builds the image once per Config: Up validates the install
 // before creating clusters and installs after, and the image (the binary
 // read, layered, compressed and hashed) depends only on the options.
-func (b *Builder) dataplaneImage() (*image.Image, string, error) {
-	b.imgOnce.Do(func() {
-		iopts := append([]image.Option{}, b.o.imageOpts...)
-		if b.o.pushRegistry != "" {
-			iopts = append(iopts, image.WithRegistry(b.o.pushRegistry))
+func (m *Config) dataplaneImage() (*image.Image, string, error) {
+	m.imgOnce.Do(func() {
+		iopts := append([]image.Option{}, m.o.imageOpts...)
+		if m.o.pushRegistry != "" {
+			iopts = append(iopts, image.WithRegistry(m.o.pushRegistry))
 		}
-		if b.img, b.imgErr = image.New(iopts...); b.imgErr == nil {
-			b.imgID, b.imgErr = b.img.ID()
-			if n := b.img.Notice(); n != "" {
-				b.o.logger.Warnf("%s", n)
+		if m.img, m.imgErr = image.New(iopts...); m.imgErr == nil {
+			m.imgID, m.imgErr = m.img.ID()
+			if n := m.img.Notice(); n != "" {
+				m.o.logger.Warnf("%s", n)
 			}
 		}
 	})
-	return b.img, b.imgID, b.imgErr
+	return m.img, m.imgID, m.imgErr
 }
 
 // userImage says whether the user's values name the image themselves.
@@ -256,27 +255,27 @@ func userImage(v map[string]any) bool {
 // parallel, the dataplane before the CNI; then the dataplane image Install
 // side-loaded, from the nodes of the kind clusters whose releases are gone
 // (see removeImage: failures there are warnings).
-func (b *Builder) Uninstall(ctx context.Context, env string, cs []cluster.ClusterPlan, namespace string) (*installer.Result, error) {
-	ctx, unlock, err := b.lock(ctx, env, "uninstall")
+func (m *Config) uninstall(ctx context.Context, env string, cs []cluster.ClusterPlan, namespace string) (*installer.Result, error) {
+	ctx, unlock, err := m.lock(ctx, env, "uninstall")
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
 	var targets []installer.Target
 	for _, c := range cs {
-		targets = append(targets, installer.Target{Cluster: c.Name, Kubeconfig: b.p.KubeconfigPath(env, c.Name, false),
+		targets = append(targets, installer.Target{Cluster: c.Name, Kubeconfig: m.p.KubeconfigPath(env, c.Name, false),
 			Values: map[string]any{"global": map[string]any{"istioNamespace": namespace}}})
 	}
 	// Istio's releases go first (remotes before their primaries); where
 	// there were none, nothing is said.
-	ist, err := b.uninstallIstio(ctx, env, cs, namespace)
+	ist, err := m.uninstallIstio(ctx, env, cs, namespace)
 	if err != nil {
 		return nil, err
 	}
 	var res *installer.Result
-	err = b.step(fmt.Sprintf("Uninstalling meshctl's charts from %d cluster(s)", len(targets)), func() error {
+	err = m.step(fmt.Sprintf("Uninstalling meshctl's charts from %d cluster(s)", len(targets)), func() error {
 		var err error
-		if res, err = installer.New(installer.WithTimeout(b.o.installTimeout)).Uninstall(ctx, targets...); err == nil && res.Failed() {
+		if res, err = installer.New(installer.WithTimeout(m.o.installTimeout), installer.WithClients(m.o.clients)).Uninstall(ctx, targets...); err == nil && res.Failed() {
 			return errFailedClusters
 		}
 		return err
@@ -284,7 +283,7 @@ func (b *Builder) Uninstall(ctx context.Context, env string, cs []cluster.Cluste
 	if err != nil && !errors.Is(err, errFailedClusters) {
 		return nil, err
 	}
-	b.removeImage(ctx, env, cs, res)
+	m.removeImage(ctx, env, cs, res)
 	for n, c := range ist.Clusters {
 		res.Clusters[n].Releases = append(c.Releases, res.Clusters[n].Releases...)
 		res.Clusters[n].Error = strings.Trim(c.Error+"; "+res.Clusters[n].Error, "; ")
@@ -299,7 +298,7 @@ func (b *Builder) Uninstall(ctx context.Context, env string, cs []cluster.Cluste
 // containers on this machine (they pulled the image from a registry, which
 // meshctl leaves alone). Nothing here fails the uninstall — the charts are
 // gone already — so every problem is a warning, naming the node.
-func (b *Builder) removeImage(ctx context.Context, env string, cs []cluster.ClusterPlan, res *installer.Result) {
+func (m *Config) removeImage(ctx context.Context, env string, cs []cluster.ClusterPlan, res *installer.Result) {
 	failed := map[string]bool{}
 	for _, c := range res.Clusters {
 		if c.Error != "" {
@@ -315,25 +314,25 @@ func (b *Builder) removeImage(ctx context.Context, env string, cs []cluster.Clus
 	if len(targets) == 0 {
 		return
 	}
-	img, _, err := b.dataplaneImage()
+	img, _, err := m.dataplaneImage()
 	if err != nil {
-		b.o.logger.Warnf("leaving the dataplane image on the kind nodes: %v", err)
+		m.o.logger.Warnf("leaving the dataplane image on the kind nodes: %v", err)
 		return
 	}
-	nodes, err := b.kindNodes(ctx, env, func(c cluster.ClusterPlan) bool { return targets[c.Name] })
-	b.warnEach(fmt.Sprintf("leaving %s in place: ", img.ContainerdRef()), err)
+	nodes, err := m.kindNodes(ctx, env, func(c cluster.ClusterPlan) bool { return targets[c.Name] })
+	m.warnEach(fmt.Sprintf("leaving %s in place: ", img.ContainerdRef()), err)
 	if len(nodes) == 0 {
 		return
 	}
-	err = b.step(fmt.Sprintf("Removing %s from %d node(s)", img.ContainerdRef(), len(nodes)), func() error {
-		return img.Remove(ctx, b.p, nodes...)
+	err = m.step(fmt.Sprintf("Removing %s from %d node(s)", img.ContainerdRef(), len(nodes)), func() error {
+		return img.Remove(ctx, m.p, nodes...)
 	})
-	b.warnEach("", err)
+	m.warnEach("", err)
 }
 
 // warnEach logs every error joined in err (errors.Join, parallel.ForEach)
 // as a warning of its own, each after prefix.
-func (b *Builder) warnEach(prefix string, err error) {
+func (m *Config) warnEach(prefix string, err error) {
 	if err == nil {
 		return
 	}
@@ -342,7 +341,7 @@ func (b *Builder) warnEach(prefix string, err error) {
 		errs = j.Unwrap()
 	}
 	for _, e := range errs {
-		b.o.logger.Warnf("%s%v", prefix, e)
+		m.o.logger.Warnf("%s%v", prefix, e)
 	}
 }
 
@@ -377,7 +376,7 @@ func meshCIDRs(plan *cluster.Plan, c cluster.ClusterPlan) []any {
 
 // requireCacerts: the signer signs with the cluster's intermediate CA; without
 // its Secret the signer never starts and the install would only time out.
-func requireCacerts(ctx context.Context, targets []installer.Target) error {
+func requireCacerts(ctx context.Context, clients *kubeclient.Factory, targets []installer.Target) error {
 	return parallel.ForEach(targets, func(t installer.Target) error {
 		secret := "cacerts"
 		if s, ok := t.Values["signer"].(map[string]any); ok {
@@ -386,12 +385,11 @@ func requireCacerts(ctx context.Context, targets []installer.Target) error {
 			}
 		}
 		ns := installer.Namespace(t.Values)
-		cfg, err := clientcmd.BuildConfigFromFlags("", t.Kubeconfig)
-		if err != nil {
+		kc := clients.File(t.Kubeconfig, "", kubeclient.WithTimeout(15*time.Second))
+		if _, err := kc.RESTConfig(); err != nil {
 			return fmt.Errorf("cluster %q: kubeconfig: %w", t.Cluster, err)
 		}
-		cfg.Timeout = 15 * time.Second
-		cs, err := kubernetes.NewForConfig(cfg)
+		cs, err := kc.Kubernetes()
 		if err != nil {
 			return fmt.Errorf("cluster %q: %w", t.Cluster, err)
 		}
@@ -400,7 +398,7 @@ func requireCacerts(ctx context.Context, targets []installer.Target) error {
 		case apierrors.IsNotFound(err):
 			return fmt.Errorf("cluster %q has no Secret %s/%s, the intermediate CA the signer signs with: run `meshctl up` (it installs it unless --cacerts=false)", t.Cluster, ns, secret)
 		case err != nil:
-			return fmt.Errorf("cluster %q is unreachable at %s: %w", t.Cluster, cfg.Host, err)
+			return fmt.Errorf("cluster %q is unreachable at %s: %w", t.Cluster, kc.Host(), err)
 		}
 		return nil
 	})
@@ -408,8 +406,8 @@ func requireCacerts(ctx context.Context, targets []installer.Target) error {
 
 // loadImage side-loads the image into every node of every kind cluster of
 // plan (existing clusters pull it from the registry it was pushed to).
-func (b *Builder) loadImage(ctx context.Context, plan *cluster.Plan, img *image.Image, report *InstallReport) error {
-	nodes, err := b.kindNodes(ctx, plan.Env, func(c cluster.ClusterPlan) bool {
+func (m *Config) loadImage(ctx context.Context, plan *cluster.Plan, img *image.Image, report *InstallReport) error {
+	nodes, err := m.kindNodes(ctx, plan.Env, func(c cluster.ClusterPlan) bool {
 		pc, ok := plan.Cluster(c.Name)
 		return ok && !pc.Existing
 	})
@@ -419,7 +417,7 @@ func (b *Builder) loadImage(ctx context.Context, plan *cluster.Plan, img *image.
 	if len(nodes) == 0 {
 		return nil
 	}
-	missing := img.Missing(ctx, b.p, nodes...)
+	missing := img.Missing(ctx, m.p, nodes...)
 	for _, n := range nodes {
 		if slices.Contains(missing, n) {
 			report.ImageLoaded = append(report.ImageLoaded, n.Name)
@@ -428,22 +426,22 @@ func (b *Builder) loadImage(ctx context.Context, plan *cluster.Plan, img *image.
 		}
 	}
 	if len(missing) == 0 {
-		b.o.logger.V(0).Infof(" • %s is already on all %d node(s)", img.Ref(), len(nodes))
+		m.o.logger.V(0).Infof(" • %s is already on all %d node(s)", img.Ref(), len(nodes))
 		return nil
 	}
 	title := fmt.Sprintf("Loading %s into %d node(s)", img.Ref(), len(missing))
 	if len(missing) < len(nodes) {
 		title += fmt.Sprintf(" (%d have it)", len(nodes)-len(missing))
 	}
-	return b.step(title, func() error { return img.Load(ctx, b.p, missing...) })
+	return m.step(title, func() error { return img.Load(ctx, m.p, missing...) })
 }
 
 // kindNodes lists, from each cluster's API server, the nodes of the kind
 // clusters of env that include selects. A cluster whose nodes cannot be read
 // is an error naming it (joined with the others'); the nodes of the rest are
 // returned with it.
-func (b *Builder) kindNodes(ctx context.Context, env string, include func(cluster.ClusterPlan) bool) ([]image.Node, error) {
-	st, err := b.p.Status(ctx, env, "")
+func (m *Config) kindNodes(ctx context.Context, env string, include func(cluster.ClusterPlan) bool) ([]image.Node, error) {
+	st, err := m.p.Status(ctx, env, "")
 	if err != nil {
 		return nil, err
 	}

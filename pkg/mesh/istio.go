@@ -39,7 +39,7 @@ func withIstioDocker(d istio.Docker) Option {
 	}
 }
 
-// IstioReport is what InstallIstio did.
+// IstioReport is what installing Istio did.
 type IstioReport struct {
 	Charts string   `json:"charts"`
 	Images []string `json:"images"`
@@ -59,8 +59,8 @@ type preparedIstio struct {
 // prepareIstio finds the charts, renders every cluster's values (exactly
 // `values render`'s, plus the images) and checks them, and checks that an
 // offline-built image is in the host's Docker; it touches no cluster.
-func (b *Builder) prepareIstio(ctx context.Context, plan *cluster.Plan, gateways []gateway.ClusterResult) (*preparedIstio, error) {
-	o := b.o.istio
+func (m *Config) prepareIstio(ctx context.Context, plan *cluster.Plan, gateways []gateway.ClusterResult) (*preparedIstio, error) {
+	o := m.o.istio
 	charts := o.charts
 	if charts == "" {
 		var err error
@@ -68,7 +68,7 @@ func (b *Builder) prepareIstio(ctx context.Context, plan *cluster.Plan, gateways
 			return nil, err
 		}
 	}
-	rendered, err := b.renderValues(plan, gateways)
+	rendered, err := m.renderValues(plan, gateways)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +77,7 @@ func (b *Builder) prepareIstio(ctx context.Context, plan *cluster.Plan, gateways
 		c, _ := plan.Cluster(r.Name)
 		v := o.images.Apply(r.Values)
 		prep.targets = append(prep.targets, istio.Target{
-			Target:  installer.Target{Cluster: c.Name, Kubeconfig: b.p.KubeconfigPath(plan.Env, c.Name, false), Values: v},
+			Target:  installer.Target{Cluster: c.Name, Kubeconfig: m.p.KubeconfigPath(plan.Env, c.Name, false), Values: v},
 			Primary: c.PrimaryClusterName,
 		})
 		ref := istio.PilotImage(v)
@@ -103,26 +103,26 @@ func (b *Builder) prepareIstio(ctx context.Context, plan *cluster.Plan, gateways
 // exist only in the host's Docker.
 func offline(ref string) bool { return strings.HasPrefix(ref, istio.DefaultHub+"/") }
 
-// InstallIstio installs Istio's base and istiod charts into every cluster of
+// installIstio installs Istio's base and istiod charts into every cluster of
 // plan: istiod's image side-loaded into the kind nodes that lack it when the
 // host's Docker has it (otherwise the nodes pull it), then the clusters that
 // run their own control plane in parallel, then the remotes. The error is
 // about input (nothing was touched); per-cluster failures are in the report.
-func (b *Builder) InstallIstio(ctx context.Context, plan *cluster.Plan, gateways ...gateway.ClusterResult) (*IstioReport, error) {
-	if b.o.istio == nil {
-		return nil, errors.New("mesh: InstallIstio needs WithIstio")
+func (m *Config) installIstio(ctx context.Context, plan *cluster.Plan, gateways ...gateway.ClusterResult) (*IstioReport, error) {
+	if m.o.istio == nil {
+		return nil, errors.New("mesh: installing Istio needs WithIstio")
 	}
-	prep, err := b.prepareIstio(ctx, plan, gateways)
+	prep, err := m.prepareIstio(ctx, plan, gateways)
 	if err != nil {
 		return nil, err
 	}
 	report := &IstioReport{Charts: prep.charts, Images: prep.images}
-	if err := b.loadIstioImages(ctx, plan, prep.images, report); err != nil {
+	if err := m.loadIstioImages(ctx, plan, prep.images, report); err != nil {
 		return nil, err
 	}
-	in := istio.New(istio.WithCharts(prep.charts), istio.WithTimeout(b.o.installTimeout))
+	in := istio.New(istio.WithCharts(prep.charts), istio.WithTimeout(m.o.installTimeout), istio.WithClients(m.o.clients))
 	var res *installer.Result
-	err = b.step(fmt.Sprintf("Installing Istio (istio-base, istiod) into %d cluster(s)", len(prep.targets)), func() error {
+	err = m.step(fmt.Sprintf("Installing Istio (istio-base, istiod) into %d cluster(s)", len(prep.targets)), func() error {
 		var err error
 		if res, err = in.Install(ctx, prep.targets...); err == nil && res.Failed() {
 			return errFailedClusters
@@ -138,8 +138,8 @@ func (b *Builder) InstallIstio(ctx context.Context, plan *cluster.Plan, gateways
 
 // loadIstioImages side-loads each image the host's Docker has into the kind
 // nodes of plan that lack it.
-func (b *Builder) loadIstioImages(ctx context.Context, plan *cluster.Plan, refs []string, report *IstioReport) error {
-	nodes, err := b.kindNodes(ctx, plan.Env, func(c cluster.ClusterPlan) bool {
+func (m *Config) loadIstioImages(ctx context.Context, plan *cluster.Plan, refs []string, report *IstioReport) error {
+	nodes, err := m.kindNodes(ctx, plan.Env, func(c cluster.ClusterPlan) bool {
 		pc, ok := plan.Cluster(c.Name)
 		return ok && !pc.Existing
 	})
@@ -152,19 +152,19 @@ func (b *Builder) loadIstioImages(ctx context.Context, plan *cluster.Plan, refs 
 	}
 	defer os.RemoveAll(dir)
 	for _, ref := range refs {
-		path, found, err := istio.SaveFromDocker(ctx, b.o.istio.docker, ref, dir)
+		path, found, err := istio.SaveFromDocker(ctx, m.o.istio.docker, ref, dir)
 		if err != nil {
 			return err
 		}
 		if !found {
-			b.o.logger.V(1).Infof(" • %s is not in the host's Docker: the nodes pull it", ref)
+			m.o.logger.V(1).Infof(" • %s is not in the host's Docker: the nodes pull it", ref)
 			continue
 		}
 		img, err := image.FromArchive(path, ref)
 		if err != nil {
 			return err
 		}
-		missing := img.Missing(ctx, b.p, nodes...)
+		missing := img.Missing(ctx, m.p, nodes...)
 		for _, n := range nodes {
 			if slices.Contains(missing, n) {
 				report.ImageLoaded = append(report.ImageLoaded, n.Name+"="+ref)
@@ -173,11 +173,11 @@ func (b *Builder) loadIstioImages(ctx context.Context, plan *cluster.Plan, refs 
 			}
 		}
 		if len(missing) == 0 {
-			b.o.logger.V(0).Infof(" • %s is already on all %d node(s)", ref, len(nodes))
+			m.o.logger.V(0).Infof(" • %s is already on all %d node(s)", ref, len(nodes))
 			continue
 		}
-		if err := b.step(fmt.Sprintf("Loading %s into %d node(s)", ref, len(missing)), func() error {
-			return img.Load(ctx, b.p, missing...)
+		if err := m.step(fmt.Sprintf("Loading %s into %d node(s)", ref, len(missing)), func() error {
+			return img.Load(ctx, m.p, missing...)
 		}); err != nil {
 			return err
 		}
@@ -188,14 +188,14 @@ func (b *Builder) loadIstioImages(ctx context.Context, plan *cluster.Plan, refs 
 // uninstallIstio removes Istio's releases from the clusters cs of env,
 // remotes first; it needs no charts. Only releases that were there are
 // reported, so an environment without Istio reads as before.
-func (b *Builder) uninstallIstio(ctx context.Context, env string, cs []cluster.ClusterPlan, namespace string) (*installer.Result, error) {
+func (m *Config) uninstallIstio(ctx context.Context, env string, cs []cluster.ClusterPlan, namespace string) (*installer.Result, error) {
 	var targets []istio.Target
 	for _, c := range cs {
 		targets = append(targets, istio.Target{Primary: c.PrimaryClusterName, Target: installer.Target{
-			Cluster: c.Name, Kubeconfig: b.p.KubeconfigPath(env, c.Name, false),
+			Cluster: c.Name, Kubeconfig: m.p.KubeconfigPath(env, c.Name, false),
 			Values: map[string]any{"global": map[string]any{"istioNamespace": namespace}}}})
 	}
-	res, err := istio.New(istio.WithTimeout(b.o.installTimeout)).Uninstall(ctx, targets...)
+	res, err := istio.New(istio.WithTimeout(m.o.installTimeout), istio.WithClients(m.o.clients)).Uninstall(ctx, targets...)
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ func TestUpIstioChecksImagesFirst(t *testing.T) {
 		return errors.New("No such image")
 	}
 	p := &fakeProvider{dir: t.TempDir()}
-	_, err = New(p, WithArtifacts(t.TempDir()), WithInstall(false), WithIstio(charts, istio.Images{}), withIstioDocker(docker)).Up(context.Background(), plan(t))
+	_, err = NewUp(NewConfig(p, WithArtifacts(t.TempDir()), WithInstall(false), WithIstio(charts, istio.Images{}), withIstioDocker(docker))).Run(context.Background(), plan(t))
 	want := "image meshctl/pilot:" + istio.Version + " is not in the host's Docker"
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--istio-hub") {
 		t.Fatalf("Up error %v, want %q", err, want)
@@ -33,15 +33,15 @@ func TestUpIstioChecksImagesFirst(t *testing.T) {
 	}
 
 	// An existing cluster cannot be side-loaded: it needs a registry.
-	_, err = New(p, WithArtifacts(t.TempDir()), WithInstall(false), WithIstio(charts, istio.Images{}), withIstioDocker(docker)).Up(context.Background(), plan(t, 2))
+	_, err = NewUp(NewConfig(p, WithArtifacts(t.TempDir()), WithInstall(false), WithIstio(charts, istio.Images{}), withIstioDocker(docker))).Run(context.Background(), plan(t, 2))
 	if err == nil || !strings.Contains(err.Error(), `cluster "cluster3": existing clusters' nodes cannot be side-loaded`) {
 		t.Errorf("existing cluster: %v", err)
 	}
 
 	// Images from a registry are the nodes' to pull: nothing asks Docker.
 	asked = nil
-	b := New(p, WithInstall(false), WithIstio(charts, istio.Images{Hub: "docker.io/istio", Tag: "1.29.0"}), withIstioDocker(docker))
-	if err := b.ValidateInstall(plan(t, 2)); err != nil {
+	b := NewConfig(p, WithInstall(false), WithIstio(charts, istio.Images{Hub: "docker.io/istio", Tag: "1.29.0"}), withIstioDocker(docker))
+	if err := NewInstall(b).Validate(plan(t, 2)); err != nil {
 		t.Fatal(err)
 	}
 	if len(asked) != 0 {

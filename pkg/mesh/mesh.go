@@ -1,11 +1,21 @@
-// Package mesh brings a whole environment up the way `meshctl up` does, as a
-// library: the clusters (pkg/cluster), then routes between clusters on one
-// network and east-west gateways between networks (pkg/connect), Istio
-// remote secrets, each cluster's intermediate of a shared root CA (cacerts),
-// and meshctl's CNI and HBONE dataplane (Helm charts, image side-loaded or
-// pushed). The meshctl CLI and the Ginkgo framework pkg/meshtest both run
-// it, so a suite gets exactly the environment a developer gets at the
-// terminal.
+// Package mesh is meshctl's orchestration layer: the verbs that change or
+// read a whole environment — Up, Connect, Install, Uninstall, Down, Status —
+// one type each, over one shared Config (as helm's pkg/action does over its
+// Configuration). Up brings an environment up the way `meshctl up` does: the
+// clusters (pkg/cluster), then routes between clusters on one network and
+// east-west gateways between networks (pkg/connect/...), Istio remote secrets,
+// each cluster's intermediate of a shared root CA (cacerts), and meshctl's
+// CNI and HBONE dataplane (Helm charts, image side-loaded or pushed). Down
+// removes meshctl's Helm releases from the clusters it keeps, then deletes
+// (or cleans) the clusters. The meshctl CLI and the Ginkgo framework
+// pkg/meshtest both run these verbs, so a suite gets exactly the
+// environment a developer gets at the terminal, and tears it down the same
+// way.
+//
+//	cfg := mesh.NewConfig(cluster.NewProvider(), mesh.WithArtifacts(dir))
+//	res, err := mesh.NewUp(cfg).Run(ctx, plan)
+//	...
+//	_, err = mesh.NewDown(cfg).Run(ctx, plan.Env)
 //
 // Each step is one status line on the logger. A failed step ends the run
 // with a *StepError that names the step, after everything before it was
@@ -24,20 +34,22 @@ import (
 
 	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/pkg/cluster"
-	"github.com/meshctl/meshctl/pkg/connect"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
+	"github.com/meshctl/meshctl/pkg/connect/routes"
 	"github.com/meshctl/meshctl/pkg/install/image"
 	"github.com/meshctl/meshctl/pkg/install/installer"
 	"github.com/meshctl/meshctl/pkg/install/meshca"
 	"github.com/meshctl/meshctl/pkg/install/values"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
-// Provider is what a Builder needs of pkg/cluster's *cluster.Provider (which
-// is one): creating clusters, reading an environment, and running commands
-// on kind nodes. Tests substitute it.
+// Provider is what the verbs need of pkg/cluster's *cluster.Provider (which
+// is one): creating and deleting clusters, reading an environment, and
+// running commands on kind nodes. Tests substitute it.
 type Provider interface {
 	Up(ctx context.Context, plan *cluster.Plan, opts ...cluster.UpOption) (*cluster.UpResult, error)
+	Down(ctx context.Context, env string, opts ...cluster.DownOption) (*cluster.DownResult, error)
 	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
 	ClusterKubeconfig(ctx context.Context, c cluster.ClusterPlan, internal bool) ([]byte, error)
 	KubeconfigPath(env, name string, internal bool) string
@@ -74,9 +86,12 @@ func (e *StepError) Error() string {
 
 func (e *StepError) Unwrap() error { return e.Err }
 
-// Builder runs the steps. Its zero-value steps are all on; options turn them
-// off or configure them.
-type Builder struct {
+// Config is what every verb shares: the provider of clusters, the logger
+// the status lines go to, the artifacts directory, the kube-client factory,
+// and the settings of the steps (all on by default; options turn them off or
+// configure them). Make it with NewConfig; one Config serves any number of
+// verbs, one after another or at once.
+type Config struct {
 	p Provider
 	o options
 
@@ -101,9 +116,10 @@ type options struct {
 	pushRegistry   string
 	installTimeout time.Duration
 	istio          *istioOptions
+	clients        *kubeclient.Factory
 }
 
-// Option configures a Builder.
+// Option configures a Config.
 type Option func(*options)
 
 // WithLogger sets where the status lines go (default: nowhere).
@@ -163,8 +179,12 @@ func WithImageRegistry(registry string) Option { return func(o *options) { o.pus
 // WithInstallTimeout bounds each chart's install or upgrade.
 func WithInstallTimeout(d time.Duration) Option { return func(o *options) { o.installTimeout = d } }
 
-// New returns a Builder working through p.
-func New(p Provider, opts ...Option) *Builder {
+// WithClients shares a kube-client factory (default: a new one per Config),
+// so that every step reaches each cluster through the same clients.
+func WithClients(f *kubeclient.Factory) Option { return func(o *options) { o.clients = f } }
+
+// NewConfig returns the Config of verbs working through p.
+func NewConfig(p Provider, opts ...Option) *Config {
 	o := options{
 		logger: log.NoopLogger{}, connect: true, remoteSecrets: true, cacerts: true, install: true,
 		gatewayAddrs: map[string][]string{}, installTimeout: installer.DefaultTimeout,
@@ -172,14 +192,26 @@ func New(p Provider, opts ...Option) *Builder {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Builder{p: p, o: o}
+	if o.clients == nil {
+		o.clients = kubeclient.NewFactory()
+	}
+	return &Config{p: p, o: o}
 }
+
+// Provider is the provider the verbs work through.
+func (m *Config) Provider() Provider { return m.p }
+
+// Logger is where the verbs' status lines go.
+func (m *Config) Logger() log.Logger { return m.o.logger }
+
+// Clients is the kube-client factory the verbs share.
+func (m *Config) Clients() *kubeclient.Factory { return m.o.clients }
 
 // Result is what Up did, step by step; a step that did not run is empty.
 type Result struct {
 	*cluster.UpResult
 	// Routes are the same-network routes connect put on each node.
-	Routes *connect.Result `json:"routes,omitempty"`
+	Routes *routes.Result `json:"routes,omitempty"`
 	// Gateways: in a multi-network environment, each cluster's east-west
 	// gateway.
 	Gateways      []gateway.ClusterResult `json:"gateways"`
@@ -187,31 +219,31 @@ type Result struct {
 	Install       *InstallReport          `json:"install,omitempty"`
 }
 
-// Up creates (or reuses) the plan's clusters and runs every enabled step.
+// up creates (or reuses) the plan's clusters and runs every enabled step.
 // The result holds what was done even when a step fails.
-func (b *Builder) Up(ctx context.Context, plan *cluster.Plan) (*Result, error) {
-	if b.o.cacerts && b.o.artifacts == "" {
+func (m *Config) up(ctx context.Context, plan *cluster.Plan) (*Result, error) {
+	if m.o.cacerts && m.o.artifacts == "" {
 		return nil, errors.New("mesh: the cacerts step needs WithArtifacts (where the CA files live)")
 	}
-	if b.o.install || b.o.istio != nil {
+	if m.o.install || m.o.istio != nil {
 		// Bad values or an image no cluster could get fail here, before
 		// any cluster is created.
-		if err := b.ValidateInstall(plan); err != nil {
+		if err := m.validateInstall(plan); err != nil {
 			return nil, err
 		}
 	}
-	ctx, unlock, err := b.lock(ctx, plan.Env, "up")
+	ctx, unlock, err := m.lock(ctx, plan.Env, "up")
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	up, err := b.p.Up(ctx, plan, b.o.upOpts...)
+	up, err := m.p.Up(ctx, plan, m.o.upOpts...)
 	if err != nil {
 		return nil, &StepError{Env: plan.Env, Step: StepClusters, Err: err}
 	}
 	res := &Result{UpResult: up, Gateways: []gateway.ClusterResult{}}
-	if b.o.connect {
-		conn, err := b.Connect(ctx, plan.Env)
+	if m.o.connect {
+		conn, err := m.connect(ctx, plan.Env)
 		if conn != nil {
 			res.Routes, res.Gateways, res.RemoteSecrets = conn.Routes, conn.Gateways, conn.RemoteSecrets
 		}
@@ -219,15 +251,15 @@ func (b *Builder) Up(ctx context.Context, plan *cluster.Plan) (*Result, error) {
 			return res, err
 		}
 	}
-	if b.o.cacerts {
-		if err := b.step("Installing the shared root CA (istio-system/cacerts)", func() error {
-			return b.installCacerts(ctx, up)
+	if m.o.cacerts {
+		if err := m.step("Installing the shared root CA (istio-system/cacerts)", func() error {
+			return m.installCacerts(ctx, up)
 		}); err != nil {
 			return res, &StepError{Env: plan.Env, Step: StepCacerts, Err: err}
 		}
 	}
-	if b.o.install || b.o.istio != nil {
-		res.Install, err = b.Install(ctx, plan, res.Gateways...)
+	if m.o.install || m.o.istio != nil {
+		res.Install, err = m.install(ctx, plan, res.Gateways...)
 		if err != nil {
 			return res, &StepError{Env: plan.Env, Step: StepInstall, Err: err}
 		}
@@ -237,38 +269,38 @@ func (b *Builder) Up(ctx context.Context, plan *cluster.Plan) (*Result, error) {
 
 // ConnectResult is what Connect did.
 type ConnectResult struct {
-	Routes        *connect.Result         `json:"routes"`
+	Routes        *routes.Result          `json:"routes"`
 	Gateways      []gateway.ClusterResult `json:"gateways"`
 	RemoteSecrets *remotesecret.Result    `json:"remoteSecrets,omitempty"`
 }
 
-// Connect routes the clusters of each network to each other, gives the
+// connect routes the clusters of each network to each other, gives the
 // clusters of a multi-network environment MetalLB and east-west gateways,
 // and installs the remote secrets (unless WithRemoteSecrets(false)).
-func (b *Builder) Connect(ctx context.Context, env string) (*ConnectResult, error) {
-	ctx, unlock, err := b.lock(ctx, env, "connect")
+func (m *Config) connect(ctx context.Context, env string) (*ConnectResult, error) {
+	ctx, unlock, err := m.lock(ctx, env, "connect")
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
 	out := &ConnectResult{Gateways: []gateway.ClusterResult{}}
-	err = b.step("Connecting clusters on the same network", func() error {
+	err = m.step("Connecting clusters on the same network", func() error {
 		var err error
-		out.Routes, err = connect.New(b.p, b.p, connect.WithLogger(b.o.logger)).Connect(ctx, env)
+		out.Routes, err = routes.New(m.p, m.p, routes.WithLogger(m.o.logger)).Connect(ctx, env)
 		return err
 	})
 	if err != nil {
 		return out, &StepError{Env: env, Step: StepConnect, Err: err}
 	}
-	gws, err := b.gateways(ctx, env)
+	gws, err := m.gateways(ctx, env)
 	if err != nil {
 		return out, &StepError{Env: env, Step: StepGateways, Err: err}
 	}
 	out.Gateways = gws
-	if b.o.remoteSecrets {
-		err := b.step("Installing remote secrets (control planes read the other clusters)", func() error {
+	if m.o.remoteSecrets {
+		err := m.step("Installing remote secrets (control planes read the other clusters)", func() error {
 			var err error
-			out.RemoteSecrets, err = remotesecret.New(b.p, remotesecret.WithLogger(b.o.logger), remotesecret.WithServerByName(true)).Ensure(ctx, env)
+			out.RemoteSecrets, err = remotesecret.New(m.p, remotesecret.WithLogger(m.o.logger), remotesecret.WithServerByName(true), remotesecret.WithClients(m.o.clients)).Ensure(ctx, env)
 			return err
 		})
 		if err != nil {
@@ -279,7 +311,7 @@ func (b *Builder) Connect(ctx context.Context, env string) (*ConnectResult, erro
 }
 
 // Locker takes an environment's lock (*cluster.Provider is one): every
-// method of a Builder that changes an environment holds it throughout, so
+// verb that changes an environment holds it throughout, so
 // that a second meshctl on the same environment is refused instead of
 // undoing the first one's work. A Provider that is not a Locker (a test's)
 // is not locked.
@@ -287,8 +319,8 @@ type Locker interface {
 	LockEnv(ctx context.Context, env, verb string) (context.Context, func(), error)
 }
 
-func (b *Builder) lock(ctx context.Context, env, verb string) (context.Context, func(), error) {
-	l, ok := b.p.(Locker)
+func (m *Config) lock(ctx context.Context, env, verb string) (context.Context, func(), error) {
+	l, ok := m.p.(Locker)
 	if !ok {
 		return ctx, func() {}, nil
 	}
@@ -299,8 +331,8 @@ func (b *Builder) lock(ctx context.Context, env, verb string) (context.Context, 
 // east-west gateway Service, and each primary of remotes (on any network)
 // the Service its remotes reach its istiod through; otherwise it does
 // nothing and says nothing.
-func (b *Builder) gateways(ctx context.Context, env string) ([]gateway.ClusterResult, error) {
-	plans, err := b.p.Environment(ctx, env)
+func (m *Config) gateways(ctx context.Context, env string) ([]gateway.ClusterResult, error) {
+	plans, err := m.p.Environment(ctx, env)
 	if err != nil {
 		return nil, err
 	}
@@ -319,9 +351,9 @@ func (b *Builder) gateways(ctx context.Context, env string) ([]gateway.ClusterRe
 		return []gateway.ClusterResult{}, nil
 	}
 	var res *gateway.Result
-	err = b.step(title, func() error {
-		opts := append([]gateway.Option{gateway.WithLogger(b.o.logger)}, b.o.gatewayOpts...)
-		res, err = gateway.New(b.p, opts...).Install(ctx, env)
+	err = m.step(title, func() error {
+		opts := append([]gateway.Option{gateway.WithLogger(m.o.logger), gateway.WithClients(m.o.clients)}, m.o.gatewayOpts...)
+		res, err = gateway.New(m.p, opts...).Install(ctx, env)
 		return err
 	})
 	if err != nil {
@@ -329,10 +361,10 @@ func (b *Builder) gateways(ctx context.Context, env string) ([]gateway.ClusterRe
 	}
 	for _, c := range res.Clusters {
 		if len(c.Addresses) > 0 {
-			b.o.logger.V(0).Infof(" • %s (%s): east-west gateway %s", c.Cluster, c.Network, strings.Join(c.Addresses, ", "))
+			m.o.logger.V(0).Infof(" • %s (%s): east-west gateway %s", c.Cluster, c.Network, strings.Join(c.Addresses, ", "))
 		}
 		if len(c.IstiodAddresses) > 0 {
-			b.o.logger.V(0).Infof(" • %s: istiod for remotes at %s", c.Cluster, strings.Join(c.IstiodAddresses, ", "))
+			m.o.logger.V(0).Infof(" • %s: istiod for remotes at %s", c.Cluster, strings.Join(c.IstiodAddresses, ", "))
 		}
 	}
 	return res.Clusters, nil
@@ -341,17 +373,17 @@ func (b *Builder) gateways(ctx context.Context, env string) ([]gateway.ClusterRe
 // installCacerts gives every cluster its intermediate of the environment's
 // shared root CA: the files are created or reused as `meshctl ca` does, then
 // installed concurrently.
-func (b *Builder) installCacerts(ctx context.Context, up *cluster.UpResult) error {
+func (m *Config) installCacerts(ctx context.Context, up *cluster.UpResult) error {
 	kubeconfigs := make(map[string]string, len(up.Clusters))
 	for _, c := range up.Clusters {
 		kubeconfigs[c.Name] = c.Kubeconfig
 	}
-	return meshca.New(meshca.Dir(b.o.artifacts, up.Env), meshca.WithName(up.Env)).Install(ctx, kubeconfigs)
+	return meshca.New(meshca.Dir(m.o.artifacts, up.Env), meshca.WithName(up.Env), meshca.WithClients(m.o.clients)).Install(ctx, kubeconfigs)
 }
 
 // step runs f as one status line.
-func (b *Builder) step(title string, f func() error) error {
-	status := cli.NewStatus(b.o.logger)
+func (m *Config) step(title string, f func() error) error {
+	status := cli.NewStatus(m.o.logger)
 	status.Start(title)
 	err := f()
 	status.End(err == nil)

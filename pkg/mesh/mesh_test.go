@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -30,6 +32,9 @@ type fakeProvider struct {
 	// nodes in execFail.
 	execs    []string
 	execFail map[string]bool
+	// clusters are Environment's; downs records each Down.
+	clusters []cluster.ClusterPlan
+	downs    []string
 }
 
 func (f *fakeProvider) Up(_ context.Context, plan *cluster.Plan, _ ...cluster.UpOption) (*cluster.UpResult, error) {
@@ -44,8 +49,15 @@ func (f *fakeProvider) Up(_ context.Context, plan *cluster.Plan, _ ...cluster.Up
 	return res, nil
 }
 
+func (f *fakeProvider) Down(_ context.Context, env string, opts ...cluster.DownOption) (*cluster.DownResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.downs = append(f.downs, fmt.Sprintf("%s (%d options)", env, len(opts)))
+	return &cluster.DownResult{Env: env}, nil
+}
+
 func (f *fakeProvider) Environment(context.Context, string) ([]cluster.ClusterPlan, error) {
-	return nil, nil
+	return f.clusters, nil
 }
 
 func (f *fakeProvider) ClusterKubeconfig(context.Context, cluster.ClusterPlan, bool) ([]byte, error) {
@@ -116,7 +128,7 @@ func TestUpRefusesBeforeCreating(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := &fakeProvider{dir: t.TempDir()}
 			opts := append([]Option{WithArtifacts(t.TempDir()), WithImage(image.WithBinary(bin))}, tt.opts...)
-			res, err := New(p, opts...).Up(context.Background(), tt.plan)
+			res, err := NewUp(NewConfig(p, opts...)).Run(context.Background(), tt.plan)
 			if err == nil || res != nil {
 				t.Fatalf("Up = %+v, %v; want an error", res, err)
 			}
@@ -136,9 +148,9 @@ func TestUpRefusesBeforeCreating(t *testing.T) {
 // an existing cluster installable without a push.
 func TestUserImageNeedsNoRegistry(t *testing.T) {
 	p := &fakeProvider{dir: t.TempDir()}
-	b := New(p, WithArtifacts(t.TempDir()), WithImage(image.WithBinary(staticBinary(t))),
+	b := NewConfig(p, WithArtifacts(t.TempDir()), WithImage(image.WithBinary(staticBinary(t))),
 		WithValues(values.WithSet("image.repository=registry.example.com/mesh/dataplane")))
-	if err := b.ValidateInstall(plan(t, 2)); err != nil {
+	if err := NewInstall(b).Validate(plan(t, 2)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -147,7 +159,7 @@ func TestUserImageNeedsNoRegistry(t *testing.T) {
 // environment, and the result still holds the clusters.
 func TestStepErrorKeepsWhatWasDone(t *testing.T) {
 	p := &fakeProvider{dir: t.TempDir(), statusErr: errors.New("docker is gone")}
-	res, err := New(p, WithArtifacts(t.TempDir()), WithInstall(false)).Up(context.Background(), plan(t))
+	res, err := NewUp(NewConfig(p, WithArtifacts(t.TempDir()), WithInstall(false))).Run(context.Background(), plan(t))
 	var se *StepError
 	if !errors.As(err, &se) || se.Step != StepConnect || se.Env != "mt" || !strings.Contains(err.Error(), "docker is gone") {
 		t.Fatalf("Up error = %v, want a StepError for %q", err, StepConnect)
@@ -186,7 +198,7 @@ func TestUninstallRemovesTheImage(t *testing.T) {
 			kindCluster("cluster5", "control-plane"),
 		}}}
 	var logs bytes.Buffer
-	b := New(p, WithLogger(cli.NewLogger(&logs)), WithImage(image.WithBinary(staticBinary(t)), image.WithTag("t1")))
+	b := NewConfig(p, WithLogger(cli.NewLogger(&logs)), WithImage(image.WithBinary(staticBinary(t)), image.WithTag("t1")))
 	var cs []cluster.ClusterPlan
 	for _, c := range p.status.Clusters[:4] { // cluster5 is not being uninstalled
 		cs = append(cs, c.ClusterPlan)
@@ -223,5 +235,62 @@ func TestUninstallRemovesTheImage(t *testing.T) {
 	}
 	if strings.Count(out, "WARNING") != 2 {
 		t.Errorf("want exactly two warnings:\n%s", out)
+	}
+}
+
+// TestDownUninstallsBeforeDeleting: Down's Helm step runs on the clusters it
+// keeps — existing ones; kind clusters only with UninstallOnly — before the
+// provider deletes anything, and a Helm step that cannot run stops Down
+// before the provider removes meshctl's objects behind Helm's back.
+func TestDownUninstallsBeforeDeleting(t *testing.T) {
+	dir := t.TempDir()
+	// A kubeconfig whose API server does not answer: the Helm step fails
+	// wherever it runs, which shows where it runs.
+	kc := []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n" +
+		"users: [{name: c, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: c}}]\ncurrent-context: c\n")
+	for _, name := range []string{"kind1", "ext"} {
+		path := filepath.Join(dir, "mt", name, "kubeconfig")
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, kc, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kind := cluster.ClusterPlan{Name: "kind1", KindName: "mt-kind1"}
+	ext := cluster.ClusterPlan{Name: "ext", Existing: true}
+	tests := []struct {
+		name          string
+		clusters      []cluster.ClusterPlan
+		uninstallOnly bool
+		wantErr       string // empty: no Helm step, Down goes ahead
+		notIn         string // a cluster the Helm step must leave alone
+	}{
+		{"kind clusters only", []cluster.ClusterPlan{kind}, false, "", ""},
+		{"an existing cluster", []cluster.ClusterPlan{kind, ext}, false, `cluster "ext" is unreachable`, `"kind1"`},
+		{"uninstall only", []cluster.ClusterPlan{kind}, true, `cluster "kind1" is unreachable`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &fakeProvider{dir: dir, clusters: tt.clusters}
+			d := NewDown(NewConfig(p))
+			d.Registry, d.UninstallOnly = "reg", tt.uninstallOnly
+			_, err := d.Run(context.Background(), "mt")
+			if tt.wantErr == "" {
+				if err != nil || len(p.downs) != 1 || p.downs[0] != "mt (3 options)" {
+					t.Fatalf("Down = %v, provider's downs %q; want one with registry, clusters and uninstall-only", err, p.downs)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "uninstalling meshctl's charts") || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Down error = %v, want the Helm step's, naming %s", err, tt.wantErr)
+			}
+			if tt.notIn != "" && strings.Contains(err.Error(), tt.notIn) {
+				t.Errorf("the Helm step ran on %s, a kind cluster Down deletes: %v", tt.notIn, err)
+			}
+			if len(p.downs) > 0 {
+				t.Errorf("the provider's Down ran after the Helm step failed: %q", p.downs)
+			}
+		})
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshctl/meshctl/internal/fsutil"
+	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
 // logLimit bounds each container's log in the artifacts: the end of a log
@@ -48,7 +49,9 @@ func (e *Env) CollectArtifacts(ctx context.Context, dir string) error {
 		errs = append(errs, err)
 	}
 	if e.prov != nil {
-		st, err := e.prov.Status(ctx, e.desc.Env, e.desc.Registry)
+		status := mesh.NewStatus(mesh.NewConfig(e.prov, mesh.WithLogger(e.logger)))
+		status.Registry = e.desc.Registry
+		st, err := status.Run(ctx, e.desc.Env)
 		if err == nil {
 			err = writeJSON(filepath.Join(dir, "status.json"), st)
 		}

@@ -8,17 +8,16 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // Cluster is one cluster of an Env, with clients for its API server.
@@ -57,7 +56,7 @@ func (c *Cluster) Is(role string) bool { return slices.Contains(c.Roles, role) }
 func (c *Cluster) String() string { return c.Name }
 
 func newCluster(d clusterDesc) (*Cluster, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", d.Kubeconfig)
+	cfg, err := kubeclient.FromFile(d.Kubeconfig, "").RESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: kubeconfig %s: %w", d.Name, d.Kubeconfig, err)
 	}
@@ -67,21 +66,23 @@ func newCluster(d clusterDesc) (*Cluster, error) {
 func newClusterFromConfig(d clusterDesc, cfg *rest.Config) (*Cluster, error) {
 	// Suites hit every cluster at once from many goroutines: client-go's
 	// default of 5 QPS would make a concurrent helper wait on itself.
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = 50, 100
+	kg := kubeclient.FromConfig(cfg, kubeclient.WithRateLimit(50, 100))
+	cfg, err := kg.RESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", d.Name, err)
+	}
 	c := &Cluster{
 		Name: d.Name, KindName: d.KindName, Network: d.Network, Roles: d.Roles,
 		PrimaryClusterName: d.PrimaryClusterName, ConfigClusterName: d.ConfigClusterName,
 		Kubeconfig: d.Kubeconfig, Config: cfg,
 	}
-	var err error
-	if c.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+	if c.Kube, err = kg.Kubernetes(); err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", d.Name, err)
 	}
-	if c.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+	if c.Dynamic, err = kg.Dynamic(); err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", d.Name, err)
 	}
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	disco, err := kg.Discovery()
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", d.Name, err)
 	}

@@ -21,12 +21,10 @@ import (
 	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
-// provider is the part of cluster.Provider an Env uses: what pkg/mesh (the
-// library behind `meshctl up`) needs, and `down`. Unit tests replace it.
-type provider interface {
-	mesh.Provider
-	Down(ctx context.Context, env string, opts ...cluster.DownOption) (*cluster.DownResult, error)
-}
+// provider is the part of cluster.Provider an Env uses: what pkg/mesh's
+// verbs (the library behind `meshctl up` and `meshctl down`) need. Unit
+// tests replace it.
+type provider = mesh.Provider
 
 // Env is a multi-cluster environment a suite runs against: made by Setup
 // (or SynchronizedSetup), shared by every spec and every parallel process.
@@ -35,6 +33,8 @@ type Env struct {
 	clusters []*Cluster
 	prov     provider
 	logger   log.Logger
+	// meshOpts are the suite's own options of pkg/mesh, for the teardown.
+	meshOpts []mesh.Option
 }
 
 // description is what process 1 hands to the other parallel processes:
@@ -188,7 +188,7 @@ func create(ctx context.Context, o options) (description, error) {
 	return up(ctx, o.prov, o.log(), cfg, plan, o.mesh)
 }
 
-// up is `meshctl up` through its library, pkg/mesh: the clusters (created
+// up is `meshctl up` through its verb, mesh.Up: the clusters (created
 // in parallel or reused as planned), routes between clusters on one network
 // and east-west gateways between networks, remote secrets, each cluster's
 // intermediate of a shared root CA, and with WithInstall the dataplane.
@@ -211,7 +211,7 @@ func up(ctx context.Context, p provider, logger log.Logger, cfg config, plan *cl
 	if cfg.ImageRegistry != "" {
 		opts = append(opts, mesh.WithImageRegistry(cfg.ImageRegistry))
 	}
-	res, err := mesh.New(p, append(opts, extra...)...).Up(ctx, plan)
+	res, err := mesh.NewUp(mesh.NewConfig(p, append(opts, extra...)...)).Run(ctx, plan)
 	if res == nil {
 		return description{}, fmt.Errorf("meshtest: %w", err)
 	}
@@ -337,9 +337,11 @@ func descFor(c cluster.ClusterPlan, kubeconfig string) clusterDesc {
 	}
 }
 
-// load builds the clients of a described environment: what every process does.
-func load(d description, p provider, logger log.Logger) (*Env, error) {
-	e := &Env{desc: d, prov: p, logger: logger}
+// load builds the clients of a described environment: what every process
+// does. meshOpts are the suite's options of pkg/mesh, which the teardown
+// uses too.
+func load(d description, p provider, logger log.Logger, meshOpts ...mesh.Option) (*Env, error) {
+	e := &Env{desc: d, prov: p, logger: logger, meshOpts: meshOpts}
 	e.clusters = make([]*Cluster, len(d.Clusters))
 	err := parallel.ForEach(indexes(len(d.Clusters)), func(i int) error {
 		c, err := newCluster(d.Clusters[i])
@@ -356,8 +358,10 @@ func load(d description, p provider, logger log.Logger) (*Env, error) {
 	return e, nil
 }
 
-// teardown deletes what this run created, unless kept. Reused environments
-// are never deleted: they belong to whoever ran `meshctl up`.
+// teardown deletes what this run created, unless kept, as `meshctl down`
+// does (mesh.Down): meshctl's Helm releases are removed from existing
+// clusters before their labelled objects go. Reused environments are never
+// deleted: they belong to whoever ran `meshctl up`.
 func (e *Env) teardown(ctx context.Context) error {
 	d := e.desc
 	switch {
@@ -368,11 +372,12 @@ func (e *Env) teardown(ctx context.Context) error {
 		e.logger.V(0).Infof("meshtest: environment %q kept: rerun with -meshtest.reuse -meshtest.env=%s, delete with `meshctl down --env %s`", d.Env, d.Env, d.Env)
 		return nil
 	}
-	var opts []cluster.DownOption
+	opts := append([]mesh.Option{mesh.WithLogger(e.logger), mesh.WithArtifacts(d.Artifacts)}, e.meshOpts...)
+	down := mesh.NewDown(mesh.NewConfig(e.prov, opts...))
 	if d.RegistryCreated {
-		opts = append(opts, cluster.DownWithRegistry(d.Registry))
+		down.Registry = d.Registry
 	}
-	if _, err := e.prov.Down(ctx, d.Env, opts...); err != nil {
+	if _, err := down.Run(ctx, d.Env); err != nil {
 		return fmt.Errorf("meshtest: deleting environment %q (delete it with `meshctl down --env %s`): %w", d.Env, d.Env, err)
 	}
 	return nil

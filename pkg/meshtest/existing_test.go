@@ -8,12 +8,15 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"testing/fstest"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
+	"github.com/meshctl/meshctl/pkg/install/installer"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
@@ -84,11 +87,49 @@ func TestIntegrationExistingClusters(t *testing.T) {
 			t.Errorf("%s: east-west gateway Service without its address: %v", c.Name, err)
 		}
 	}
+	plantRelease(ctx, t, env)
 	if err := env.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	// Close never deletes an existing cluster: its API server still answers.
 	if _, err := env.Cluster("east").Kube.Discovery().ServerVersion(); err != nil {
 		t.Errorf("east after Close: %v", err)
+	}
+	// Close is `meshctl down`: meshctl's Helm releases are uninstalled from
+	// existing clusters, not left behind with their objects.
+	for _, c := range env.Clusters() {
+		rels, err := c.Kube.CoreV1().Secrets(installer.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=meshctl-dataplane"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rels.Items) > 0 {
+			t.Errorf("%s: Helm release meshctl-dataplane is still there after Close (%d revision Secrets): the teardown skipped the Helm step", c.Name, len(rels.Items))
+		}
+		if _, err := c.Kube.CoreV1().ConfigMaps(installer.DefaultNamespace).Get(ctx, "planted", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: the release's ConfigMap after Close: %v, want NotFound", c.Name, err)
+		}
+	}
+}
+
+// plantRelease installs a Helm release named as meshctl's dataplane chart
+// into every cluster, as `meshctl install` leaves one: a chart of one
+// ConfigMap stands in for the real one, whose Pods these node-less API
+// servers would never run.
+func plantRelease(ctx context.Context, t *testing.T, env *Env) {
+	t.Helper()
+	chart := fstest.MapFS{
+		"dataplane/Chart.yaml":             {Data: []byte("apiVersion: v2\nname: meshctl-dataplane\nversion: 0.0.1\n")},
+		"dataplane/templates/planted.yaml": {Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: planted\n")},
+	}
+	var targets []installer.Target
+	for _, c := range env.Clusters() {
+		targets = append(targets, installer.Target{Cluster: c.Name, Kubeconfig: c.Kubeconfig, Values: map[string]any{}})
+	}
+	res, err := installer.New(installer.WithCharts(chart, "dataplane"), installer.WithReleaseNames("meshctl-dataplane"), installer.WithWait(false)).Install(ctx, targets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Failed() {
+		t.Fatalf("planting a release: %+v", res.Clusters)
 	}
 }

@@ -48,11 +48,13 @@ func New(ctx context.Context, opts ...Option) (*Env, error) {
 		}
 		return nil, err
 	}
-	return load(d, o.prov, o.log())
+	return load(d, o.prov, o.log(), o.mesh...)
 }
 
 // Close deletes the environment if this run created it and was not told to
-// keep it; a reused environment is left alone.
+// keep it, as `meshctl down` does (mesh.Down): kind clusters are deleted,
+// and existing clusters lose meshctl's Helm releases and labelled objects but
+// are never deleted. A reused environment is left alone.
 func (e *Env) Close(ctx context.Context) error { return e.teardown(ctx) }
 
 // SynchronizedSetup returns the two functions of a SynchronizedBeforeSuite
@@ -114,9 +116,9 @@ func (o options) resolved() (options, error) {
 // clusters' state for whoever debugs it, then deletes what this run created
 // unless told to keep it, and says where the artifacts are.
 func abandon(ctx context.Context, o options, d description, cause error) error {
-	e, err := load(d, o.prov, o.log())
+	e, err := load(d, o.prov, o.log(), o.mesh...)
 	if err != nil {
-		e = &Env{desc: d, prov: o.prov, logger: o.log()}
+		e = &Env{desc: d, prov: o.prov, logger: o.log(), meshOpts: o.mesh}
 	} else {
 		dir := filepath.Join(d.Artifacts, d.Env, "setup-failure")
 		if err := e.CollectArtifacts(ctx, dir); err != nil {

@@ -8,8 +8,8 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
-	"github.com/meshctl/meshctl/pkg/connect"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
+	"github.com/meshctl/meshctl/pkg/connect/routes"
 	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
@@ -41,7 +41,7 @@ var _ = DescribeTableSubtree("clusters beyond IPv4", func(ipFamily string, want 
 				Expect(families(n.PodCIDRs)).To(ConsistOf(want), "node %s pod CIDRs %v", n.Name, n.PodCIDRs)
 			}
 		}
-		var conn connect.Result
+		var conn routes.Result
 		meshctlJSON(&conn, "connect", "--env", famEnv)
 		for _, n := range conn.Nodes {
 			// The peer's pod CIDR and service CIDR, in each family.

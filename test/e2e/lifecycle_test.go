@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
-	"github.com/meshctl/meshctl/pkg/connect"
+	"github.com/meshctl/meshctl/pkg/connect/routes"
 	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
@@ -91,7 +91,7 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 	})
 
 	It("routes pods and services between the clusters of one network", func(ctx SpecContext) {
-		var conn connect.Result
+		var conn routes.Result
 		meshctlJSON(&conn, "connect", "--env", env)
 		Expect(conn.Nodes).To(HaveLen(2))
 		for _, n := range conn.Nodes {

@@ -20,10 +20,10 @@ type meshFlags struct {
 	istio    *istioFlags
 }
 
-// builder is pkg/mesh's Builder configured from the command's flag groups.
-// Everything is resolved here, before anything changes, so a bad
+// meshConfig is the Config of pkg/mesh's verbs, from the command's flag
+// groups. Everything is resolved here, before anything changes, so a bad
 // combination fails first.
-func (g *globals) builder(m meshFlags, opts ...mesh.Option) (*mesh.Builder, error) {
+func (g *globals) meshConfig(m meshFlags, opts ...mesh.Option) (*mesh.Config, error) {
 	all := []mesh.Option{mesh.WithLogger(g.logger), mesh.WithArtifacts(g.opts.Artifacts)}
 	if m.values != nil {
 		all = append(all, m.values.meshOptions()...)
@@ -45,7 +45,7 @@ func (g *globals) builder(m meshFlags, opts ...mesh.Option) (*mesh.Builder, erro
 		}
 	}
 	all = append(all, m.istio.meshOptions()...)
-	return mesh.New(g.provider(), append(all, opts...)...), nil
+	return mesh.NewConfig(g.provider(), append(all, opts...)...), nil
 }
 
 // stepHint turns a failed step of pkg/mesh into what the user reruns.

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshctl/meshctl/pkg/connect"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
+	"github.com/meshctl/meshctl/pkg/connect/routes"
 	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
@@ -49,11 +49,11 @@ Then every primary gets, for each other cluster, an Istio remote secret
 cluster's API server on the kind network as its reader service account.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := g.builder(meshFlags{gateways: &o.gateways}, mesh.WithRemoteSecrets(o.RemoteSecrets))
+			cfg, err := g.meshConfig(meshFlags{gateways: &o.gateways}, mesh.WithRemoteSecrets(o.RemoteSecrets))
 			if err != nil {
 				return err
 			}
-			res, err := b.Connect(cmd.Context(), g.opts.Env)
+			res, err := mesh.NewConnect(cfg).Run(cmd.Context(), g.opts.Env)
 			if err != nil {
 				return stepHint(err)
 			}
@@ -73,7 +73,7 @@ cluster's API server on the kind network as its reader service account.`,
 // multi-network environment each cluster's east-west gateway, and the remote
 // secrets.
 type connectResult struct {
-	*connect.Result
+	*routes.Result
 	Gateways []gateway.ClusterResult `json:"gateways"`
 	withRemoteSecrets
 }

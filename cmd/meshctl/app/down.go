@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
-	"github.com/meshctl/meshctl/pkg/install/installer"
+	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
 // downOptions are down's flags.
@@ -40,15 +40,16 @@ kind clusters and keeps them.`,
   meshctl down --env ci --registry
   meshctl down --uninstall-only`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var opts []cluster.DownOption
-			if o.Registry {
-				opts = append(opts, cluster.DownWithRegistry(o.RegistryName))
-			}
-			opts = append(opts, cluster.DownWithClusters(args...), cluster.DownWithUninstallOnly(o.UninstallOnly))
-			if err := g.uninstallKept(cmd, o); err != nil {
+			cfg, err := g.meshConfig(meshFlags{install: &o.install})
+			if err != nil {
 				return err
 			}
-			res, err := g.provider().Down(cmd.Context(), g.opts.Env, opts...)
+			down := mesh.NewDown(cfg)
+			if o.Registry {
+				down.Registry = o.RegistryName
+			}
+			down.Clusters, down.UninstallOnly = args, o.UninstallOnly
+			res, err := down.Run(cmd.Context(), g.opts.Env)
 			if err != nil {
 				return err
 			}
@@ -77,35 +78,4 @@ kind clusters and keeps them.`,
 	o.install.addTimeoutFlag(f, "how long each chart's uninstall may take (existing clusters, --uninstall-only)")
 	addOutputFlag(f, &o.Output)
 	return cmd
-}
-
-// uninstallKept removes meshctl's Helm releases from the clusters down keeps
-// — existing ones, and every one with --uninstall-only — before their
-// labelled objects go: Helm's objects are labelled managed-by=Helm, and
-// deleting them behind Helm's back would leave releases that lie.
-func (g *globals) uninstallKept(cmd *cobra.Command, o *downOptions) error {
-	ctx := cmd.Context()
-	env := g.opts.Env
-	cs, err := g.provider().Environment(ctx, env)
-	if err != nil {
-		return err
-	}
-	var kept []cluster.ClusterPlan
-	for _, c := range cs {
-		if c.Existing || o.UninstallOnly {
-			kept = append(kept, c)
-		}
-	}
-	if len(kept) == 0 {
-		return nil
-	}
-	b, err := g.builder(meshFlags{install: &o.install})
-	if err != nil {
-		return err
-	}
-	res, err := b.Uninstall(ctx, env, kept, installer.DefaultNamespace)
-	if err != nil {
-		return fmt.Errorf("uninstalling meshctl's charts: %w", err)
-	}
-	return failedClusters("uninstall", res)
 }

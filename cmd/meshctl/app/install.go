@@ -67,11 +67,11 @@ own control plane go first, in parallel, then the remotes.`,
 			if err != nil {
 				return err
 			}
-			b, err := g.builder(meshFlags{values: &o.values, install: &o.install, istio: &o.istio})
+			cfg, err := g.meshConfig(meshFlags{values: &o.values, install: &o.install, istio: &o.istio})
 			if err != nil {
 				return err
 			}
-			report, err := b.Install(cmd.Context(), plan)
+			report, err := mesh.NewInstall(cfg).Run(cmd.Context(), plan)
 			if err != nil {
 				return err
 			}
@@ -222,11 +222,13 @@ Secret and the namespace stay.`,
 			if err != nil {
 				return err
 			}
-			b, err := g.builder(meshFlags{install: &o.install})
+			cfg, err := g.meshConfig(meshFlags{install: &o.install})
 			if err != nil {
 				return err
 			}
-			res, err := b.Uninstall(cmd.Context(), plan.Env, plan.Clusters, o.Namespace)
+			un := mesh.NewUninstall(cfg)
+			un.Namespace = o.Namespace
+			res, err := un.Run(cmd.Context(), plan.Env, plan.Clusters)
 			if err != nil {
 				return err
 			}

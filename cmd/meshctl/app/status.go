@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
 // statusOptions are status's flags.
@@ -24,7 +25,13 @@ func newStatusCommand(g *globals) *cobra.Command {
 		Short: "Show the clusters, nodes, networks and subnets of an environment",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := g.provider().Status(cmd.Context(), g.opts.Env, o.RegistryName)
+			cfg, err := g.meshConfig(meshFlags{})
+			if err != nil {
+				return err
+			}
+			st := mesh.NewStatus(cfg)
+			st.Registry = o.RegistryName
+			res, err := st.Run(cmd.Context(), g.opts.Env)
 			if err != nil {
 				return err
 			}

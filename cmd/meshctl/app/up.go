@@ -60,7 +60,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 			if err != nil {
 				return err
 			}
-			b, err := g.builder(meshFlags{values: &o.values, gateways: &o.gateways, install: &o.install, istio: &o.istio},
+			cfg, err := g.meshConfig(meshFlags{values: &o.values, gateways: &o.gateways, install: &o.install, istio: &o.istio},
 				mesh.WithUpOptions(
 					cluster.UpWithRetain(o.Retain),
 					cluster.UpWithRecreate(o.Recreate),
@@ -77,7 +77,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 			if o.DryRun {
 				return print(g.streams.Out, o.Output, newDryRun(plan), func(w io.Writer) error { return printPlan(w, plan) })
 			}
-			out, err := b.Up(cmd.Context(), plan)
+			out, err := mesh.NewUp(cfg).Run(cmd.Context(), plan)
 			if err != nil {
 				return stepHint(err)
 			}

@@ -11,13 +11,11 @@ import (
 	"github.com/meshctl/meshctl/internal/parallel"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/kind/pkg/log"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // Source gives an environment's clusters and their kubeconfigs;
@@ -247,18 +245,17 @@ func (c *Checker) resolve(ctx context.Context, env string) ([]*run, error) {
 			r.down = "reading its kubeconfig: " + err.Error()
 			return nil
 		}
-		cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+		kg := kubeclient.FromBytes(kc, "")
+		cfg, err := kg.RESTConfig()
 		if err != nil {
 			return fmt.Errorf("cluster %q: kubeconfig: %w", r.plan.Name, err)
 		}
-		if r.client, err = kubernetes.NewForConfig(cfg); err != nil {
+		if r.client, err = kg.Kubernetes(); err != nil {
 			return fmt.Errorf("cluster %q: client: %w", r.plan.Name, err)
 		}
 		// Asked once with a short timeout, so that an API server that
 		// does not answer is reported rather than waited on per step.
-		probe := rest.CopyConfig(cfg)
-		probe.Timeout = apiProbeTimeout
-		dc, err := discovery.NewDiscoveryClientForConfig(probe)
+		dc, err := kubeclient.FromConfig(cfg, kubeclient.WithTimeout(apiProbeTimeout)).Discovery()
 		if err != nil {
 			return fmt.Errorf("cluster %q: client: %w", r.plan.Name, err)
 		}

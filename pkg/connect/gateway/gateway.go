@@ -11,10 +11,10 @@ import (
 	"github.com/meshctl/meshctl/internal/parallel"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/kind/pkg/log"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // DefaultTimeout bounds, per cluster, the wait for MetalLB and then for the
@@ -51,7 +51,7 @@ type Installer struct {
 	timeout         time.Duration
 	poll            time.Duration
 	claimPause      time.Duration
-	restConfig      func(kubeconfig []byte) (*rest.Config, error)
+	clients         *kubeclient.Factory
 }
 
 // Option configures an Installer.
@@ -59,6 +59,9 @@ type Option func(*Installer)
 
 // WithLogger sets the logger.
 func WithLogger(l log.Logger) Option { return func(i *Installer) { i.logger = l } }
+
+// WithClients shares a kube-client factory (default: none).
+func WithClients(f *kubeclient.Factory) Option { return func(i *Installer) { i.clients = f } }
 
 // WithImages sets MetalLB's controller and speaker images (default the
 // offline-built meshctl/metallb-* images); an empty one keeps its default.
@@ -111,7 +114,6 @@ func New(source Source, opts ...Option) *Installer {
 		timeout:         DefaultTimeout,
 		poll:            2 * time.Second,
 		claimPause:      250 * time.Millisecond,
-		restConfig:      clientcmd.RESTConfigFromKubeConfig,
 	}
 	for _, o := range opts {
 		o(i)
@@ -277,7 +279,7 @@ func (i *Installer) targets(ctx context.Context, env string, plans []cluster.Clu
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", p.Name, err)
 		}
-		cfg, err := i.restConfig(kc)
+		cfg, err := i.clients.Bytes(kc, "").RESTConfig()
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: kubeconfig: %w", p.Name, err)
 		}

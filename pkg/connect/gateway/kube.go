@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // FieldManager owns, in server-side apply, the fields meshctl sets.
@@ -26,11 +28,12 @@ type kube struct {
 }
 
 func newKube(cfg *rest.Config) (*kube, error) {
-	dyn, err := dynamic.NewForConfig(cfg)
+	g := kubeclient.FromConfig(cfg)
+	dyn, err := g.Dynamic()
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := g.Kubernetes()
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}

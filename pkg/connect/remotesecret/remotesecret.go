@@ -11,10 +11,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/kind/pkg/log"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // Source gives an environment's clusters and their kubeconfigs;
@@ -33,6 +33,7 @@ type Manager struct {
 	timeout time.Duration
 	poll    time.Duration
 	byName  bool
+	clients *kubeclient.Factory
 }
 
 // Option configures a Manager.
@@ -53,6 +54,9 @@ func WithTimeout(d time.Duration) Option { return func(m *Manager) { m.timeout =
 // restart gives the node another address. Existing clusters keep the
 // server their kubeconfig names.
 func WithServerByName(b bool) Option { return func(m *Manager) { m.byName = b } }
+
+// WithClients shares a kube-client factory (default: none).
+func WithClients(f *kubeclient.Factory) Option { return func(m *Manager) { m.clients = f } }
 
 // New returns a Manager that reads the environment from source.
 func New(source Source, opts ...Option) *Manager {
@@ -252,11 +256,11 @@ func (m *Manager) resolve(ctx context.Context, cs []cluster.ClusterPlan, sources
 		if err != nil {
 			return fmt.Errorf("cluster %q: kubeconfig: %w", name, err)
 		}
-		cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-		if err != nil {
+		kg := m.clients.Bytes(kc, "")
+		if _, err := kg.RESTConfig(); err != nil {
 			return fmt.Errorf("cluster %q: kubeconfig: %w", name, err)
 		}
-		client, err := kubernetes.NewForConfig(cfg)
+		client, err := kg.Kubernetes()
 		if err != nil {
 			return fmt.Errorf("cluster %q: client: %w", name, err)
 		}
@@ -268,7 +272,7 @@ func (m *Manager) resolve(ctx context.Context, cs []cluster.ClusterPlan, sources
 		if err != nil {
 			return fmt.Errorf("cluster %q: internal kubeconfig: %w", name, err)
 		}
-		icfg, err := clientcmd.RESTConfigFromKubeConfig(ikc)
+		icfg, err := m.clients.Bytes(ikc, "").RESTConfig()
 		if err != nil {
 			return fmt.Errorf("cluster %q: internal kubeconfig: %w", name, err)
 		}

@@ -23,11 +23,9 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshctl/meshctl/pkg/install/charts"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // Release actions reported per chart and cluster.
@@ -58,6 +56,7 @@ type Installer struct {
 	wait     bool
 	poll     time.Duration
 	debug    func(format string, v ...any)
+	clients  *kubeclient.Factory
 }
 
 // Option configures an Installer.
@@ -84,6 +83,10 @@ func WithWait(b bool) Option { return func(i *Installer) { i.wait = b } }
 
 // WithDebug receives Helm's debug log.
 func WithDebug(f func(format string, v ...any)) Option { return func(i *Installer) { i.debug = f } }
+
+// WithClients shares a kube-client factory (default: none, every call
+// builds its own clients).
+func WithClients(f *kubeclient.Factory) Option { return func(i *Installer) { i.clients = f } }
 
 // New returns an Installer of the embedded charts.
 func New(opts ...Option) *Installer {
@@ -244,23 +247,22 @@ func validate(c *chart.Chart, values map[string]any) error {
 // Reachable checks that every target's API server answers, concurrently,
 // naming each that does not.
 func (i *Installer) Reachable(ctx context.Context, targets ...Target) error {
-	return reachable(ctx, targets)
+	return i.reachable(ctx, targets)
 }
 
 // reachable checks every cluster's API server answers, concurrently.
-func reachable(ctx context.Context, targets []Target) error {
+func (i *Installer) reachable(ctx context.Context, targets []Target) error {
 	return parallel.ForEach(targets, func(t Target) error {
-		cfg, err := clientcmd.BuildConfigFromFlags("", t.Kubeconfig)
-		if err != nil {
+		kc := i.clients.File(t.Kubeconfig, "", kubeclient.WithTimeout(15*time.Second))
+		if _, err := kc.RESTConfig(); err != nil {
 			return fmt.Errorf("cluster %q: kubeconfig %s: %w", t.Cluster, t.Kubeconfig, err)
 		}
-		cfg.Timeout = 15 * time.Second
-		dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+		dc, err := kc.Discovery()
 		if err != nil {
 			return fmt.Errorf("cluster %q: %w", t.Cluster, err)
 		}
 		if _, err := dc.ServerVersion(); err != nil {
-			return fmt.Errorf("cluster %q is unreachable at %s: %w", t.Cluster, cfg.Host, err)
+			return fmt.Errorf("cluster %q is unreachable at %s: %w", t.Cluster, kc.Host(), err)
 		}
 		return nil
 	})
@@ -277,7 +279,7 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*Result, er
 	if err != nil {
 		return nil, err
 	}
-	if err := reachable(ctx, targets); err != nil {
+	if err := i.reachable(ctx, targets); err != nil {
 		return nil, err
 	}
 	return i.each(targets, func(t Target, cfg *action.Configuration, ns string) []ReleaseResult {
@@ -323,7 +325,7 @@ func (i *Installer) Uninstall(ctx context.Context, targets ...Target) (*Result, 
 			names, refs = append(names, i.releaseName(n, c)), append(refs, chartRef(c))
 		}
 	}
-	if err := reachable(ctx, targets); err != nil {
+	if err := i.reachable(ctx, targets); err != nil {
 		return nil, err
 	}
 	return i.each(targets, func(_ Target, cfg *action.Configuration, _ string) []ReleaseResult {
@@ -402,11 +404,11 @@ func (i *Installer) waitRelease(ctx context.Context, t Target, ns, manifest stri
 	if err != nil || len(ws) == 0 {
 		return err
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", t.Kubeconfig)
-	if err != nil {
+	kc := i.clients.File(t.Kubeconfig, "")
+	if _, err := kc.RESTConfig(); err != nil {
 		return fmt.Errorf("kubeconfig %s: %w", t.Kubeconfig, err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kc.Kubernetes()
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}

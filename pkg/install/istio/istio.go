@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meshctl/meshctl/pkg/install/installer"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 const (
@@ -82,10 +83,14 @@ type Installer struct {
 	timeout time.Duration
 	wait    bool
 	debug   func(format string, v ...any)
+	clients *kubeclient.Factory
 }
 
 // Option configures an Installer.
 type Option func(*Installer)
+
+// WithClients shares a kube-client factory (see installer.WithClients).
+func WithClients(f *kubeclient.Factory) Option { return func(i *Installer) { i.clients = f } }
 
 // WithCharts is the directory of Istio's charts (ChartsDir's).
 func WithCharts(dir string) Option { return func(i *Installer) { i.charts = dir } }
@@ -115,7 +120,7 @@ func (i *Installer) helm() *installer.Installer {
 		dirs[n], names[n] = r.Chart, r.Name
 	}
 	return installer.New(installer.WithCharts(os.DirFS(i.charts), dirs...), installer.WithReleaseNames(names...),
-		installer.WithTimeout(i.timeout), installer.WithWait(i.wait), installer.WithDebug(i.debug))
+		installer.WithTimeout(i.timeout), installer.WithWait(i.wait), installer.WithDebug(i.debug), installer.WithClients(i.clients))
 }
 
 // Target is one cluster to install into.

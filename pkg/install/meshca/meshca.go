@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/meshctl/meshctl/internal/fsutil"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // Lifetimes: long, because a test environment's root should outlive the
@@ -60,6 +61,7 @@ type Authority struct {
 	interLife time.Duration
 	rotate    bool
 	now       func() time.Time
+	clients   *kubeclient.Factory
 }
 
 // Option configures an Authority.
@@ -67,6 +69,9 @@ type Option func(*Authority)
 
 // WithName names the environment in the root's subject (default "meshctl").
 func WithName(name string) Option { return func(a *Authority) { a.name = name } }
+
+// WithClients shares a kube-client factory for Install (default: none).
+func WithClients(f *kubeclient.Factory) Option { return func(a *Authority) { a.clients = f } }
 
 // WithRotate replaces the root and every intermediate even when valid.
 func WithRotate(rotate bool) Option { return func(a *Authority) { a.rotate = rotate } }

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Where Istio's control plane looks for a plugged-in CA.
@@ -112,11 +111,7 @@ func (a *Authority) installIn(ctx context.Context, name, kubeconfig string) erro
 	if err != nil {
 		return err
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := a.clients.File(kubeconfig, "").Kubernetes()
 	if err != nil {
 		return err
 	}

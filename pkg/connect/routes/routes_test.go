@@ -1,4 +1,4 @@
-package connect
+package routes
 
 import (
 	"fmt"
@@ -51,7 +51,7 @@ func fromPlan(t *testing.T, p *cluster.Plan) []Cluster {
 
 func TestRoutePlanEveryTopology(t *testing.T) {
 	t.Parallel()
-	files, _ := filepath.Glob("../../testdata/topology/valid-*")
+	files, _ := filepath.Glob("../../../testdata/topology/valid-*")
 	if len(files) == 0 {
 		t.Fatal("no topology fixtures")
 	}
