@@ -206,4 +206,3 @@ func TestIntegrationSecureNaming(t *testing.T) {
 		t.Errorf("proxy B inbound tunnels = %v, want 0", n)
 	}
 }
-
