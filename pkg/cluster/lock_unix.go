@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // flockEnv takes env's lock on this host: an exclusive flock on a file
@@ -28,10 +29,7 @@ func flockEnv(dir string, me LockHolder) (func(), error) {
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("locking environment %q (%s): %w", me.Env, path, err)
 		}
-		holder := LockHolder{Env: me.Env, Verb: "(unknown verb)", Host: me.Host}
-		if b, err := os.ReadFile(path); err == nil {
-			_ = json.Unmarshal(b, &holder)
-		}
+		holder := readHolder(path, me)
 		// The kernel releases a flock when its holder dies: it is never
 		// stale.
 		return nil, &LockedError{Env: me.Env, Holder: holder}
@@ -45,4 +43,19 @@ func flockEnv(dir string, me LockHolder) (func(), error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, nil
+}
+
+// readHolder reads who holds the flock on path. The holder writes itself
+// there just after taking the lock, so a loser of a race may find the file
+// empty or half-written: it reads again for a moment before it gives up
+// and names an unknown holder.
+func readHolder(path string, me LockHolder) LockHolder {
+	for range 100 {
+		var h LockHolder
+		if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &h) == nil && h.PID != 0 {
+			return h
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return LockHolder{Env: me.Env, Verb: "(unknown verb)", Host: me.Host}
 }
