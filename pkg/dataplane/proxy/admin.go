@@ -92,6 +92,12 @@ func (p *Proxy) readyHandler() http.Handler {
 			http.Error(w, "waiting for the service model to sync", http.StatusServiceUnavailable)
 			return
 		}
+		// Policies not listed yet would allow what they deny: ztunnel too
+		// is not ready before its first policies.
+		if pw := p.policyWatcher.Load(); pw != nil && !pw.Synced() {
+			http.Error(w, "waiting for authorization policies to sync", http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	return mux

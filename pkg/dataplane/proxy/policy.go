@@ -18,10 +18,12 @@ import (
 // captured on 15006 (a denial resets it; STRICT mTLS denies them all).
 //
 // The destination workload's labels select policies. ZDS carries none, so
-// they come from WithWorkloadLookup (the workload model); without it, or for
-// an address it does not know, the proxy uses the namespace of the pod
-// that owns the address and no labels: namespace- and mesh-wide policies
-// apply, selector policies do not.
+// they come from WithWorkloadLookup, else from the service model
+// (WithDiscovery, the pod's labels); without either, or for an address
+// they do not know, the proxy uses the namespace of the pod that owns the
+// address and no labels: namespace- and mesh-wide policies apply, selector
+// policies do not. The proxy is not ready before the policies have been
+// listed once.
 
 func (p *Proxy) newPolicyMetrics() {
 	p.policyDenied = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -40,6 +42,7 @@ func (p *Proxy) startPolicies(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
+	p.policyWatcher.Store(w)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = w.Run(ctx) }()
@@ -73,6 +76,11 @@ func (p *Proxy) authorize(w *workload, transport string, peer identity.Identity,
 func (p *Proxy) destination(w *workload, dst netip.Addr) policy.Workload {
 	if p.opts.lookup != nil {
 		if ns, labels, ok := p.opts.lookup(dst); ok {
+			return policy.Workload{Namespace: ns, Labels: labels}
+		}
+	} else if p.model != nil {
+		// The model knows the pod's labels, which ZDS does not carry.
+		if ns, labels, ok := p.model.WorkloadAt(dst); ok {
 			return policy.Workload{Namespace: ns, Labels: labels}
 		}
 	}

@@ -32,8 +32,10 @@ type Proxy struct {
 	wlGauge  prometheus.Gauge
 	ready    atomic.Bool
 
-	policies     *policy.Store // nil: no authorization
-	policyDenied *prometheus.CounterVec
+	policies *policy.Store // nil: no authorization
+	// policyWatcher is the cluster watcher feeding policies, once started.
+	policyWatcher atomic.Pointer[policy.Watcher]
+	policyDenied  *prometheus.CounterVec
 
 	fallbacks     prometheus.Counter
 	dialsRefused  prometheus.Counter

@@ -341,6 +341,7 @@ func (w *clusterWatch) syncPod(ns, name string) {
 		Ready:          pod.DeletionTimestamp == nil && podReady(pod),
 		HBONE:          enroll.Meshed(pod, namespace, w.k.cfg.ExcludeNamespaces),
 		HostNetwork:    pod.Spec.HostNetwork,
+		Labels:         pod.Labels,
 	})
 }
 

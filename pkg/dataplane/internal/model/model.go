@@ -47,6 +47,8 @@ type Workload struct {
 	// HostNetwork: the pod shares its node's addresses, so they do not
 	// name it; it is reached only as a service endpoint.
 	HostNetwork bool
+	// Labels are the pod's, for policies' workload selectors (read only).
+	Labels map[string]string
 }
 
 // Identity is the workload's SPIFFE identity.
@@ -155,8 +157,29 @@ func (r Result) String() string {
 type Interface interface {
 	Sink
 	Resolve(dst netip.AddrPort) (Upstream, Result)
+	// WorkloadAt is the namespace and labels of the workload at addr on
+	// this proxy's network, for authorization policies.
+	WorkloadAt(addr netip.Addr) (namespace string, labels map[string]string, ok bool)
 	Synced() bool
 	Dump() Dump
+}
+
+// WorkloadAt implements Interface; a ready workload wins over a finished
+// one that held the same address.
+func (m *Model) WorkloadAt(addr netip.Addr) (string, map[string]string, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	ws := m.byIP[NetworkAddr{Network: m.network, Addr: addr.Unmap()}]
+	if len(ws) == 0 {
+		return "", nil, false
+	}
+	w := ws[0]
+	for _, c := range ws[1:] {
+		if c.Ready && !w.Ready {
+			w = c
+		}
+	}
+	return w.Namespace, w.Labels, true
 }
 
 // Model is the in-memory Interface.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,6 +40,8 @@ type Watcher struct {
 	store   *Store
 	log     *slog.Logger
 	recheck time.Duration
+	// discovered: the CRDs have been looked for successfully once.
+	discovered atomic.Bool
 
 	mu      sync.Mutex
 	started map[schema.GroupVersionResource]cache.SharedIndexInformer
@@ -72,6 +75,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	for {
 		if err := w.startPresent(ctx); err != nil {
 			w.log.Warn("policy CRD discovery failed; retrying", "err", err, "retry", w.recheck)
+		} else {
+			w.discovered.Store(true)
 		}
 		if w.allStarted() {
 			<-ctx.Done()
@@ -85,8 +90,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 }
 
-// Synced reports whether every informer started so far has listed once.
+// Synced reports whether the CRDs present have been found once and every
+// informer started so far has listed once.
 func (w *Watcher) Synced() bool {
+	if !w.discovered.Load() {
+		return false
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, inf := range w.started {

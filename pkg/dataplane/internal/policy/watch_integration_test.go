@@ -85,6 +85,11 @@ func TestIntegrationWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
+	// Before it has looked for the CRDs once, it is not synced: a proxy
+	// ready then would allow what policies deny.
+	if w.Synced() {
+		t.Fatal("Synced before the CRDs were looked for")
+	}
 	go func() { done <- w.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
