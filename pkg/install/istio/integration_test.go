@@ -123,3 +123,49 @@ func TestIntegrationIstioCharts(t *testing.T) {
 		t.Fatalf("second uninstall: %s", got)
 	}
 }
+
+// TestIntegrationRemoteNamesItsControlPlane: a remote's Istio namespace is
+// annotated with its primary (topology.istio.io/controlPlaneClusters)
+// before its charts go in, as Istio's primary-remote guide does; without
+// it the primary's istiod leaves the remote's injection webhook without a
+// CA bundle (found on kind: "x509: certificate signed by unknown
+// authority" for every injected pod). The remote's charts render the
+// remote profile: no istiod Deployment.
+func TestIntegrationRemoteNamesItsControlPlane(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration: starts etcd and kube-apiserver")
+	}
+	charts := chartsDir(t)
+	cfg := testenv.New(t)
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	plan, err := cluster.NewPlan(cluster.Request{Specs: []cluster.Spec{
+		{Name: "cluster1", Network: "network1"},
+		{Name: "cluster2", Network: "network1", PrimaryClusterName: "cluster1"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := values.New(values.WithIstiodAddress("cluster1", "192.0.2.10")).Render(plan, "cluster2") // TEST-NET-1: never contacted
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt := Target{Target: installer.Target{Cluster: "cluster2", Kubeconfig: kubeconfigFor(t, cfg), Values: Images{}.Apply(rendered[0].Values)}, Primary: "cluster1"}
+	res, err := New(WithCharts(charts), WithWait(false)).Install(ctx, tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Failed() {
+		t.Fatalf("install: %+v", res)
+	}
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, "istio-system", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ns.Annotations[ControlPlaneClustersAnnotation]; got != "cluster1" {
+		t.Errorf("istio-system annotation %s = %q, want cluster1", ControlPlaneClustersAnnotation, got)
+	}
+	if _, err := cs.AppsV1().Deployments("istio-system").Get(ctx, "istiod", metav1.GetOptions{}); err == nil {
+		t.Error("the remote runs an istiod of its own; want the remote profile")
+	}
+}

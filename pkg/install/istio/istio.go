@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1apply "k8s.io/client-go/applyconfigurations/core/v1"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -201,7 +203,18 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*installer.
 		if len(run) == 0 {
 			continue
 		}
-		res, err := h.Install(ctx, plain(run)...)
+		var ready []Target
+		for _, t := range run {
+			if err := i.markControlPlane(ctx, t); err != nil {
+				byName[t.Cluster] = skipped(t, err.Error())
+				continue
+			}
+			ready = append(ready, t)
+		}
+		if len(ready) == 0 {
+			continue
+		}
+		res, err := h.Install(ctx, plain(ready)...)
 		if err != nil {
 			return nil, err
 		}
@@ -210,6 +223,32 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*installer.
 		}
 	}
 	return collect(targets, byName), nil
+}
+
+// ControlPlaneClustersAnnotation on a remote's Istio namespace names the
+// clusters whose istiod manages it: Istio's primary-remote guide sets it,
+// and without it the primary's istiod neither patches the remote's
+// injection webhook with its CA bundle (the remote's API server then
+// refuses istiod's certificate) nor writes istio-ca-root-cert there.
+const ControlPlaneClustersAnnotation = "topology.istio.io/controlPlaneClusters"
+
+// markControlPlane gives a remote's Istio namespace the annotation naming
+// its primary (creating the namespace, as Istio's guide does before the
+// charts); other targets need nothing.
+func (i *Installer) markControlPlane(ctx context.Context, t Target) error {
+	if !t.remote() {
+		return nil
+	}
+	cs, err := i.clients.File(t.Kubeconfig, "").Kubernetes()
+	if err != nil {
+		return fmt.Errorf("cluster %s: %w", t.Cluster, err)
+	}
+	ns := installer.Namespace(t.Values)
+	apply := corev1apply.Namespace(ns).WithAnnotations(map[string]string{ControlPlaneClustersAnnotation: t.Primary})
+	if _, err := cs.CoreV1().Namespaces().Apply(ctx, apply, metav1.ApplyOptions{FieldManager: "meshctl", Force: true}); err != nil {
+		return fmt.Errorf("cluster %s: annotating namespace %s with %s=%s: %w", t.Cluster, ns, ControlPlaneClustersAnnotation, t.Primary, err)
+	}
+	return nil
 }
 
 func skipped(t Target, why string) installer.ClusterResult {
