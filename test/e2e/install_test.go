@@ -244,6 +244,8 @@ var _ = Describe("the dataplane install", Ordered, func() {
 		Eventually(to).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(from.PodTarget()))
 	})
 
+	meshedServiceSpecs(func() *meshtest.Env { return mesh })
+
 	// Last: what `down --uninstall-only` leaves is the clusters as they
 	// were before meshctl installed anything (the container's teardown
 	// deletes them afterwards, which also shows their records stayed).

@@ -27,6 +27,7 @@ type checkConnectivityOptions struct {
 	Image   string
 	Timeout time.Duration
 	Output  string
+	Meshed  bool
 }
 
 func newCheckConnectivityCommand(g *globals) *cobra.Command {
@@ -42,9 +43,19 @@ gateways: they are listed as "via gateway", not tested.
 
 Everything runs in the namespace meshctl-check, deleted afterwards (and
 before, if an interrupted run left it). The exit code is 1 when any probe
-fails; the output names each failed pair and what nc said.`,
+fails; the output names each failed pair and what nc said.
+
+With --meshed the namespace is in the ambient mesh (labelled
+istio.io/dataplane-mode=ambient, so meshctl's dataplane must be installed),
+each cluster has a Service per cluster's server (server-<cluster>, its
+endpoint only there), and every probe is judged by what the node proxies
+recorded (their /debug/connections, read through the API server): the
+client's node proxy must have tunnelled it over HBONE and the server's node
+proxy received it over HBONE. The output shows the identity each side saw;
+a call that went in plaintext, or bypassed the proxies, fails.`,
 		Example: `  meshctl check connectivity
-  meshctl check connectivity --env ci -o json`,
+  meshctl check connectivity --env ci -o json
+  meshctl check connectivity --meshed`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			status := cli.NewStatus(g.logger)
@@ -53,6 +64,7 @@ fails; the output names each failed pair and what nc said.`,
 				check.WithLogger(g.logger),
 				check.WithImage(o.Image),
 				check.WithTimeout(o.Timeout),
+				check.WithMeshed(o.Meshed),
 			).Check(cmd.Context(), g.opts.Env)
 			status.End(err == nil && res.OK)
 			if err != nil {
@@ -74,11 +86,15 @@ fails; the output names each failed pair and what nc said.`,
 	f := flags{cmd.Flags()}
 	f.imageVar(&o.Image, "image", check.DefaultImage, "image of the server and client pods (needs busybox sh and nc; pulled only if not on the node)")
 	f.durationVar(&o.Timeout, "timeout", check.DefaultTimeout, "how long to wait for pods to start and probes to finish")
+	f.boolVar(&o.Meshed, "meshed", false, "probe from an ambient namespace and require every call to go over HBONE, showing the peer identities the node proxies saw")
 	addOutputFlag(f, &o.Output)
 	return cmd
 }
 
 func printCheck(w io.Writer, r *check.Result) error {
+	if r.Meshed {
+		return printMeshedCheck(w, r)
+	}
 	t := newTable(w, "FROM", "TO", "PATH", "ADDRESS", "RESULT")
 	for _, p := range r.Probes {
 		result := p.Status
@@ -90,6 +106,34 @@ func printCheck(w io.Writer, r *check.Result) error {
 			addr = "-"
 		}
 		t.row(p.From, p.To, p.Path, addr, result)
+	}
+	return t.flush()
+}
+
+// printMeshedCheck adds what the node proxies saw: HBONE or not, and the
+// peer identity on each side.
+func printMeshedCheck(w io.Writer, r *check.Result) error {
+	t := newTable(w, "FROM", "TO", "PATH", "ADDRESS", "HBONE", "CLIENT SAW", "SERVER SAW", "RESULT")
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	for _, p := range r.Probes {
+		result := p.Status
+		if p.Error != "" {
+			result += ": " + p.Error
+		}
+		hbone, clientSaw, serverSaw := "-", "-", "-"
+		if m := p.Mesh; m != nil {
+			hbone = "no"
+			if m.HBONE {
+				hbone = "yes"
+			}
+			clientSaw, serverSaw = dash(m.ServerIdentity), dash(m.ClientIdentity)
+		}
+		t.row(p.From, p.To, p.Path, dash(p.Address), hbone, clientSaw, serverSaw, result)
 	}
 	return t.flush()
 }

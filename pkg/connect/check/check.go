@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/kind/pkg/log"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
@@ -72,6 +73,8 @@ type Checker struct {
 	// attempts per probe, a second apart: routes and Services can take a
 	// moment to be programmed after a cluster or the Service is created.
 	attempts int
+	meshed   bool
+	reader   connReader
 }
 
 // Option configures a Checker.
@@ -92,7 +95,7 @@ func WithTimeout(d time.Duration) Option { return func(c *Checker) { c.timeout =
 
 // New returns a Checker that reads the environment from source.
 func New(source Source, opts ...Option) *Checker {
-	c := &Checker{source: source, logger: log.NoopLogger{}, image: DefaultImage, namespace: DefaultNamespace, timeout: DefaultTimeout, poll: time.Second, attempts: 10}
+	c := &Checker{source: source, logger: log.NoopLogger{}, image: DefaultImage, namespace: DefaultNamespace, timeout: DefaultTimeout, poll: time.Second, attempts: 10, reader: portForwardReader{}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -103,7 +106,10 @@ func New(source Source, opts ...Option) *Checker {
 type Result struct {
 	Env string `json:"env"`
 	// OK is true when no probe failed.
-	OK     bool    `json:"ok"`
+	OK bool `json:"ok"`
+	// Meshed: the check ran in an ambient namespace and judged each
+	// probe by the node proxies (WithMeshed).
+	Meshed bool    `json:"meshed,omitempty"`
 	Probes []Probe `json:"probes"`
 }
 
@@ -115,6 +121,8 @@ type Probe struct {
 	Address string `json:"address,omitempty"` // the IP connected to
 	Status  string `json:"status"`            // ok, failed or via gateway
 	Error   string `json:"error,omitempty"`
+	// Mesh is what the node proxies saw (meshed mode only).
+	Mesh *Mesh `json:"mesh,omitempty"`
 }
 
 // Failed returns the probes that failed.
@@ -132,8 +140,13 @@ func (r *Result) Failed() []Probe {
 type run struct {
 	plan   cluster.ClusterPlan
 	client kubernetes.Interface
+	cfg    *rest.Config
 	podIPs []string
 	svcIPs []string
+	// Meshed mode: this cluster's VIPs of every cluster's server Service,
+	// by cluster, and the check's pods.
+	svcByTo           map[string][]string
+	server, clientPod endpoint
 	// down is why the cluster cannot be reached; such a cluster gets a
 	// failed PathAPI probe and takes no part in the rest.
 	down string
@@ -166,7 +179,7 @@ func (c *Checker) Check(ctx context.Context, env string) (*Result, error) {
 		if err := c.deleteNamespace(ctx, r.client); err != nil {
 			return fmt.Errorf("cluster %q: removing a stale check: %w", r.plan.Name, err)
 		}
-		if err := c.startServer(ctx, r); err != nil {
+		if err := c.startServer(ctx, r, runs); err != nil {
 			return fmt.Errorf("cluster %q: %w", r.plan.Name, err)
 		}
 		return nil
@@ -174,7 +187,7 @@ func (c *Checker) Check(ctx context.Context, env string) (*Result, error) {
 		return nil, err
 	}
 
-	res := &Result{Env: env, OK: true, Probes: []Probe{}}
+	res := &Result{Env: env, OK: true, Meshed: c.meshed, Probes: []Probe{}}
 	var mu sync.Mutex
 	err = parallel.ForEach(runs, func(r *run) error {
 		probes := c.plan(r, runs)
@@ -188,6 +201,11 @@ func (c *Checker) Check(ctx context.Context, env string) (*Result, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if c.meshed {
+		if err := c.judgeAll(ctx, runs, res.Probes); err != nil {
+			return nil, err
+		}
 	}
 	res.Probes = append(res.Probes, unreachable...)
 	sort.SliceStable(res.Probes, func(i, j int) bool {
@@ -217,7 +235,11 @@ func (c *Checker) plan(r *run, runs []*run) []Probe {
 		for _, ip := range to.podIPs {
 			out = append(out, Probe{From: r.plan.Name, To: to.plan.Name, Path: PathPod, Address: ip})
 		}
-		for _, ip := range to.svcIPs {
+		svcIPs := to.svcIPs
+		if c.meshed {
+			svcIPs = r.svcByTo[to.plan.Name]
+		}
+		for _, ip := range svcIPs {
 			out = append(out, Probe{From: r.plan.Name, To: to.plan.Name, Path: PathService, Address: ip})
 		}
 	}
@@ -250,6 +272,7 @@ func (c *Checker) resolve(ctx context.Context, env string) ([]*run, error) {
 		if err != nil {
 			return fmt.Errorf("cluster %q: kubeconfig: %w", r.plan.Name, err)
 		}
+		r.cfg = cfg
 		if r.client, err = kg.Kubernetes(); err != nil {
 			return fmt.Errorf("cluster %q: client: %w", r.plan.Name, err)
 		}

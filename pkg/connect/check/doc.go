@@ -8,4 +8,10 @@
 //
 // Everything lives in one namespace per cluster, deleted afterwards, and a
 // stale one left by an interrupted run is deleted first.
+//
+// The meshed mode (WithMeshed) runs in an ambient namespace, with a Service
+// per cluster's server in every cluster, and judges each probe by the node
+// proxies' /debug/connections (read through the API server's port-forward):
+// HBONE out of the client's proxy and into the server's, each side naming
+// the other's identity, or the probe fails.
 package check

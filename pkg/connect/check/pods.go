@@ -3,6 +3,8 @@ package check
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -49,8 +51,11 @@ func (c *Checker) deleteNamespace(ctx context.Context, client kubernetes.Interfa
 
 // startServer creates the namespace, the server pod and its Service, and
 // waits until the pod runs and both have their addresses.
-func (c *Checker) startServer(ctx context.Context, r *run) error {
+func (c *Checker) startServer(ctx context.Context, r *run, runs []*run) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "meshctl"}}}
+	if c.meshed {
+		ns.Labels[DataplaneModeLabel] = "ambient"
+	}
 	if _, err := r.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating namespace %s: %w", c.namespace, err)
 	}
@@ -58,6 +63,13 @@ func (c *Checker) startServer(ctx context.Context, r *run) error {
 	// the cluster's name and closes it.
 	server := c.pod(serverName, serverLabels, corev1.RestartPolicyAlways,
 		"nc", "-ll", "-p", strconv.Itoa(Port), "-e", "/bin/echo", answer, r.plan.Name)
+	if c.meshed {
+		if err := c.meshPod(ctx, r, server, ServerServiceAccount); err != nil {
+			return err
+		}
+		server.Labels = map[string]string{clusterLabel: r.plan.Name}
+		maps.Copy(server.Labels, serverLabels)
+	}
 	// A cluster whose controllers are still starting (a node just
 	// restarted) has not yet made the namespace's default ServiceAccount,
 	// and admission refuses Pods until it has: wait for it, not fail.
@@ -81,13 +93,33 @@ func (c *Checker) startServer(ctx context.Context, r *run) error {
 			Ports:          []corev1.ServicePort{{Name: "tcp", Port: Port, TargetPort: intstr.FromInt32(Port)}},
 		},
 	}
-	created, err := r.client.CoreV1().Services(c.namespace).Create(ctx, svc, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("creating server service: %w", err)
-	}
-	r.svcIPs = created.Spec.ClusterIPs
-	if len(r.svcIPs) == 0 {
-		return fmt.Errorf("server service got no cluster IP")
+	if c.meshed {
+		// One Service per cluster's server, in every cluster: the mesh
+		// makes each one service whose endpoint is in that cluster only.
+		r.svcByTo = map[string][]string{}
+		for _, to := range runs {
+			s := svc.DeepCopy()
+			s.Name = serviceName(to.plan.Name)
+			s.Spec.Selector = map[string]string{clusterLabel: to.plan.Name}
+			maps.Copy(s.Spec.Selector, serverLabels)
+			created, err := r.client.CoreV1().Services(c.namespace).Create(ctx, s, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("creating service %s: %w", s.Name, err)
+			}
+			if len(created.Spec.ClusterIPs) == 0 {
+				return fmt.Errorf("service %s got no cluster IP", s.Name)
+			}
+			r.svcByTo[to.plan.Name] = created.Spec.ClusterIPs
+		}
+	} else {
+		created, err := r.client.CoreV1().Services(c.namespace).Create(ctx, svc, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("creating server service: %w", err)
+		}
+		r.svcIPs = created.Spec.ClusterIPs
+		if len(r.svcIPs) == 0 {
+			return fmt.Errorf("server service got no cluster IP")
+		}
 	}
 	return c.wait(ctx, "server pod "+c.namespace+"/"+serverName+" to run", func() (bool, string, error) {
 		p, err := r.client.CoreV1().Pods(c.namespace).Get(ctx, serverName, metav1.GetOptions{})
@@ -98,8 +130,12 @@ func (c *Checker) startServer(ctx context.Context, r *run) error {
 			return false, podProblem(p), nil
 		}
 		r.podIPs = nil
+		r.server = endpoint{pod: c.namespace + "/" + serverName, node: p.Spec.NodeName}
 		for _, ip := range p.Status.PodIPs {
 			r.podIPs = append(r.podIPs, ip.IP)
+			if a, err := netip.ParseAddr(ip.IP); err == nil {
+				r.server.ips = append(r.server.ips, a)
+			}
 		}
 		return true, "", nil
 	})
@@ -108,7 +144,20 @@ func (c *Checker) startServer(ctx context.Context, r *run) error {
 // runClient runs the client pod with one probe per tested entry of probes,
 // all at once, and fills in their outcomes from its output.
 func (c *Checker) runClient(ctx context.Context, r *run, probes []Probe) error {
-	p := c.pod(clientName, nil, corev1.RestartPolicyNever, "sh", "-c", script(probes, c.attempts))
+	sh := script(probes, c.attempts)
+	if c.meshed {
+		// The client's addresses, for finding its connections in the
+		// node proxies' logs: a finished pod may no longer list them.
+		sh = `echo "` + clientIPsLine + ` $POD_IPS"` + "\n" + sh
+	}
+	p := c.pod(clientName, nil, corev1.RestartPolicyNever, "sh", "-c", sh)
+	if c.meshed {
+		if err := c.meshPod(ctx, r, p, ClientServiceAccount); err != nil {
+			return err
+		}
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "POD_IPS", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}}}
+	}
 	pods := r.client.CoreV1().Pods(c.namespace)
 	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating client pod: %w", err)
@@ -120,6 +169,7 @@ func (c *Checker) runClient(ctx context.Context, r *run, probes []Probe) error {
 		}
 		switch p.Status.Phase {
 		case corev1.PodSucceeded:
+			r.clientPod = endpoint{pod: c.namespace + "/" + clientName, node: p.Spec.NodeName}
 			return true, "", nil
 		case corev1.PodFailed:
 			return false, "", fmt.Errorf("client pod failed: %s", podProblem(p))
@@ -134,6 +184,44 @@ func (c *Checker) runClient(ctx context.Context, r *run, probes []Probe) error {
 		return fmt.Errorf("reading client pod logs: %w", err)
 	}
 	parse(string(logs), probes, c.attempts)
+	if c.meshed {
+		r.clientPod.ips = clientIPs(string(logs))
+		if len(r.clientPod.ips) == 0 {
+			return fmt.Errorf("client pod did not print its addresses:\n%s", logs)
+		}
+	}
+	return nil
+}
+
+// clientIPsLine starts the meshed client's first line: its addresses.
+const clientIPsLine = "CLIENT_IPS"
+
+// clientIPs reads the addresses the meshed client printed (the downward
+// API's status.podIPs, comma-separated).
+func clientIPs(out string) []netip.Addr {
+	var ips []netip.Addr
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 || f[0] != clientIPsLine {
+			continue
+		}
+		for _, s := range strings.Split(f[1], ",") {
+			if a, err := netip.ParseAddr(s); err == nil {
+				ips = append(ips, a)
+			}
+		}
+	}
+	return ips
+}
+
+// meshPod gives a meshed check pod its own service account (its identity
+// in the mesh), created if missing.
+func (c *Checker) meshPod(ctx context.Context, r *run, p *corev1.Pod, sa string) error {
+	_, err := r.client.CoreV1().ServiceAccounts(c.namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: c.namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating service account %s: %w", sa, err)
+	}
+	p.Spec.ServiceAccountName = sa
 	return nil
 }
 

@@ -70,6 +70,14 @@ func (p *Proxy) adminHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(p.Dump())
 	})
+	// Recent connections, for `meshctl check connectivity --meshed`: on
+	// the localhost admin port only, as it names who talks to whom.
+	mux.HandleFunc("GET /debug/connections", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(struct {
+			Connections []ConnRecord `json:"connections"`
+		}{p.Connections()})
+	})
 	return mux
 }
 

@@ -3,7 +3,8 @@
 // inside the pod's network namespace, 15001 (outbound capture, original
 // destination from SO_ORIGINAL_DST, carried over HBONE), 15006 (inbound
 // plaintext) and 15008 (inbound HBONE); it obtains the pod's certificate,
-// and serves admin (/config_dump, localhost:15000), Prometheus metrics
+// and serves admin (/config_dump, /debug/connections: the recent
+// connections with their peer identities; localhost:15000), Prometheus metrics
 // (:15020) and readiness (:15021) in its own namespace.
 //
 // Workloads arrive through the WorkloadEvents interface rather than a ZDS

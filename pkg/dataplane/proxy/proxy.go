@@ -42,6 +42,7 @@ type Proxy struct {
 	noTransparent atomic.Bool // IP_TRANSPARENT found not permitted
 
 	outRefused *prometheus.CounterVec
+	conns      connLog         // /debug/connections
 	model      model.Interface // nil: mesh CIDRs decide, as without a cluster
 	source     model.Source
 

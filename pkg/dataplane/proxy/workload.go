@@ -139,7 +139,10 @@ func (p *Proxy) startWorkload(ctx context.Context, w *workload) error {
 			return p.dialUpstream(ctx, w, src, dst)
 		}),
 		hbone.WithAuthorizer(func(_ context.Context, peer identity.Identity, src, dst netip.AddrPort) error {
-			return p.authorize(w, "hbone", peer, src.Addr(), dst)
+			err := p.authorize(w, "hbone", peer, src.Addr(), dst)
+			p.conns.add(ConnRecord{Direction: "inbound", HBONE: true, Pod: w.namespace + "/" + w.name, Identity: w.id.String(),
+				Src: src, Dst: dst, Peer: peer.String(), Error: errString(err)})
+			return err
 		}))...)
 	if err != nil {
 		return err
@@ -234,25 +237,43 @@ func (p *Proxy) outbound(ctx context.Context, w *workload, c net.Conn) {
 		return // a direct connection to 15001 would loop forever
 	}
 	route := p.resolve(ctx, dst)
+	rec := ConnRecord{Pod: w.namespace + "/" + w.name, Identity: w.id.String(), Src: addrPort(c.RemoteAddr()), Dst: dst, Target: route.target}
 	switch {
 	case route.refuse != "":
 		p.outRefused.WithLabelValues(route.refuse).Inc()
 		p.opts.log.Debug("outbound refused", "pod", w.namespace+"/"+w.name, "dst", dst, "reason", route.refuse)
+		rec.Direction, rec.Error = directionOutboundRefused, route.refuse
+		p.conns.add(rec)
 		resetConn(c)
 		return
 	case !route.hbone:
+		rec.Direction = "outbound_passthrough"
+		p.conns.add(rec)
 		p.passthrough(ctx, w, c, route.target, "outbound_passthrough", netip.Addr{})
 		return
 	}
+	rec.Direction, rec.HBONE = "outbound", true
+	if !route.peer.IsZero() {
+		rec.Peer = route.peer.String()
+	}
+	failed := p.conns.add(rec)
 	src := addrPort(c.RemoteAddr()).Addr()
 	err = w.dialer.Proxy(ctx, hbone.Target{
 		Source: w.id, SourceAddr: src, Gateway: route.gateway, Destination: route.target, Peer: route.peer,
 		Baggage: "k8s.namespace.name=" + w.namespace + ",k8s.pod.name=" + w.name,
 	}, c)
+	failed(err)
 	if err != nil {
 		p.opts.log.Debug("outbound tunnel failed", "pod", w.namespace+"/"+w.name, "dst", dst, "err", err)
 		resetConn(c)
 	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // resetConn makes the client see a reset, as with no proxy and no server.
@@ -271,7 +292,10 @@ func (p *Proxy) inboundPlaintext(ctx context.Context, w *workload, c net.Conn) {
 		return
 	}
 	src := addrPort(c.RemoteAddr()).Addr()
-	if err := p.authorize(w, "plaintext", identity.Identity{}, src, dst); err != nil {
+	err = p.authorize(w, "plaintext", identity.Identity{}, src, dst)
+	p.conns.add(ConnRecord{Direction: "inbound_plaintext", Pod: w.namespace + "/" + w.name, Identity: w.id.String(),
+		Src: addrPort(c.RemoteAddr()), Dst: dst, Error: errString(err)})
+	if err != nil {
 		refuse(c)
 		return
 	}
