@@ -180,10 +180,10 @@ func waitState(t *testing.T, m *certs.Manager, id identity.Identity, match func(
 	return ""
 }
 
-// TestIstioCASignsImpersonatedIdentity: Istio's CA signs for a pod on the
+// TestInteropIstioCASignsImpersonatedIdentity: Istio's CA signs for a pod on the
 // proxy's node, with a chain that verifies against istiod's root and the
 // pod's SPIFFE ID as the only URI SAN; a pod on another node is refused.
-func TestIstioCASignsImpersonatedIdentity(t *testing.T) {
+func TestInteropIstioCASignsImpersonatedIdentity(t *testing.T) {
 	srv := newIstiod(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -231,10 +231,10 @@ func TestIstioCASignsImpersonatedIdentity(t *testing.T) {
 	}
 }
 
-// TestIstioCAUnavailableThenRecovers: with istiod down the certificate is
+// TestInteropIstioCAUnavailableThenRecovers: with istiod down the certificate is
 // Unavailable with ztunnel's reason; once istiod listens it becomes
 // Available without intervention.
-func TestIstioCAUnavailableThenRecovers(t *testing.T) {
+func TestInteropIstioCAUnavailableThenRecovers(t *testing.T) {
 	srv := newIstiod(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
