@@ -33,10 +33,13 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/e2e)
 all: build
 
 # meshctl-dataplane, beside meshctl, is what meshctl builds the dataplane
-# image from: stripped (-s -w), since every node receives it.
+# image from: stripped (-s -w), since every node receives it. grpcnotrace
+# keeps grpc-go from linking golang.org/x/net/trace, whose html/template
+# turns off the linker's dead-method elimination and nearly doubles the
+# binary (47 MB -> 89 MB unstripped).
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/meshctl ./cmd/meshctl
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/meshctl-dataplane ./cmd/meshctl-dataplane
+	CGO_ENABLED=0 $(GO) build -trimpath -tags grpcnotrace -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/meshctl-dataplane ./cmd/meshctl-dataplane
 
 test: lint integration
 	$(GO) test -count=1 -timeout 40m -v $(E2E_PKG)
@@ -56,7 +59,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
 	# The Istio Go peer lives in its own module (bench/go.mod) so istio.io/istio
 	# never enters meshctl's go.mod; its interop tests run here too.
-	cd bench && $(GO) test -run Interop -bench . -benchmem .
+	cd bench && $(GO) test -run Interop -bench . -benchmem . ./istioca
 
 # staticcheck is pinned in hack/tools/go.mod (a module of its own, so its
 # dependencies stay out of meshctl's go.mod) and built from the module proxy.

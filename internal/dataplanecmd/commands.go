@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/ca"
+	"github.com/meshctl/meshctl/pkg/dataplane/certs"
+	"github.com/meshctl/meshctl/pkg/dataplane/certs/istioca"
 	"github.com/meshctl/meshctl/pkg/dataplane/csr"
 	"github.com/meshctl/meshctl/pkg/dataplane/installcni"
 	"github.com/meshctl/meshctl/pkg/dataplane/nodeagent"
@@ -131,6 +134,9 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 	systemNS := fs.String("system-namespace", "", "namespace of the remote secrets (default: $POD_NAMESPACE, else istio-system)")
 	exclude := newList(fs, "exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed, as the node agent's (comma-separated)")
 	rootNS := fs.String("root-namespace", "istio-system", "Istio's root namespace: its AuthorizationPolicies and PeerAuthentications apply mesh-wide")
+	caAddress := fs.String("ca-address", "", "istiod's CA (e.g. istiod.istio-system.svc:15012): fetch workload certificates from it as ztunnel does (empty: Kubernetes CSRs signed by meshctl's signer)")
+	caRoot := fs.String("ca-root", "/var/run/secrets/istio/root-cert.pem", "with --ca-address, the mesh root istiod's certificate is verified with: a PEM file (the mounted istio-ca-root-cert ConfigMap), or configmap:[NAMESPACE/]NAME to read its root-cert.pem through the API (needs get on configmaps)")
+	caToken := fs.String("ca-token", "/var/run/secrets/tokens/istio-token", "with --ca-address, the projected service-account token (audience istio-ca) sent to istiod")
 	return func(ctx context.Context, log *slog.Logger) error {
 		var cidrs []netip.Prefix
 		for _, c := range *meshCIDRs {
@@ -148,11 +154,28 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("loading in-cluster config (this command runs in a Pod): %w", err)
 		}
+		var fetcher certs.Fetcher = csr.NewClient(cs, csr.WithTTL(*certTTL))
+		if *caAddress != "" {
+			roots, err := caRootSource(*caRoot, firstNonEmpty(os.Getenv("POD_NAMESPACE"), "istio-system"), cs)
+			if err != nil {
+				return err
+			}
+			c, err := istioca.New(istioca.Config{
+				Address: *caAddress, Roots: roots, Token: istioca.TokenFile(*caToken),
+				ClusterID: *clusterName, TTL: *certTTL,
+			})
+			if err != nil {
+				return fmt.Errorf("--ca-address: %w", err)
+			}
+			defer c.Close()
+			log.Info("workload certificates from istiod", "address", *caAddress, "root", *caRoot)
+			fetcher = c
+		}
 		opts := []proxy.Option{
 			proxy.WithPolicies(cfg, *rootNS),
 			proxy.WithWorkloadEvents(proxy.ZDS(*zdsSocket)),
 			proxy.WithTrustDomain(*trustDomain),
-			proxy.WithFetcher(csr.NewClient(cs, csr.WithTTL(*certTTL))),
+			proxy.WithFetcher(fetcher),
 			proxy.WithAddresses(*admin, *metrics, *ready),
 			proxy.WithMeshCIDRs(cidrs...),
 			proxy.WithLogger(log),
@@ -169,6 +192,46 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 		}
 		return proxy.Run(ctx, opts...)
 	}
+}
+
+// caRootSource reads the mesh root from a file, or from a ConfigMap's
+// root-cert.pem for "configmap:[NAMESPACE/]NAME" (NAMESPACE defaulting to
+// ns). Either is re-read on every TLS handshake with istiod, so a rotated
+// root needs no restart.
+func caRootSource(spec, ns string, cs kubernetes.Interface) (func() ([]byte, error), error) {
+	ref, ok := strings.CutPrefix(spec, "configmap:")
+	if !ok {
+		if spec == "" {
+			return nil, errors.New("--ca-root is empty: istiod's certificate cannot be verified without the mesh root")
+		}
+		return func() ([]byte, error) {
+			b, err := os.ReadFile(spec)
+			if err != nil {
+				return nil, fmt.Errorf("--ca-root: %w", err)
+			}
+			return b, nil
+		}, nil
+	}
+	name := ref
+	if n, m, found := strings.Cut(ref, "/"); found {
+		ns, name = n, m
+	}
+	if ns == "" || name == "" || strings.Contains(name, "/") {
+		return nil, fmt.Errorf("--ca-root %q: want configmap:[NAMESPACE/]NAME", spec)
+	}
+	return func() ([]byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("--ca-root: reading ConfigMap %s/%s: %w", ns, name, err)
+		}
+		root, ok := cm.Data["root-cert.pem"]
+		if !ok {
+			return nil, fmt.Errorf("--ca-root: ConfigMap %s/%s has no root-cert.pem", ns, name)
+		}
+		return []byte(root), nil
+	}, nil
 }
 
 func signerCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {

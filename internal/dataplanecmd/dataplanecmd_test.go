@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
 	"github.com/meshctl/meshctl/internal/syncbuf"
 )
 
@@ -163,6 +167,50 @@ func TestList(t *testing.T) {
 		}
 		if !slices.Equal(*got, tt.want) {
 			t.Errorf("%q: %q, want %q", tt.args, *got, tt.want)
+		}
+	}
+}
+
+// TestCARootSource reads the mesh root from a file or from the
+// istio-ca-root-cert ConfigMap, and names --ca-root in what goes wrong.
+func TestCARootSource(t *testing.T) {
+	t.Parallel()
+	cs := fake.NewClientset(&corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "istio-system", Name: "istio-ca-root-cert"},
+		Data:       map[string]string{"root-cert.pem": "ROOT"},
+	}, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "empty"},
+	})
+	file := filepath.Join(t.TempDir(), "root-cert.pem")
+	if err := os.WriteFile(file, []byte("FILEROOT"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ spec, want, wantErr string }{
+		{spec: file, want: "FILEROOT"},
+		{spec: "configmap:istio-ca-root-cert", want: "ROOT"},
+		{spec: "configmap:istio-system/istio-ca-root-cert", want: "ROOT"},
+		{spec: "configmap:other/empty", wantErr: "--ca-root: ConfigMap other/empty has no root-cert.pem"},
+		{spec: "configmap:other/missing", wantErr: `--ca-root: reading ConfigMap other/missing`},
+		{spec: filepath.Join(t.TempDir(), "absent"), wantErr: "--ca-root: open "},
+	} {
+		roots, err := caRootSource(c.spec, "istio-system", cs)
+		if err != nil {
+			t.Fatalf("%s: %v", c.spec, err)
+		}
+		got, err := roots()
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%s: error %v, want %q", c.spec, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || string(got) != c.want {
+			t.Errorf("%s: %q, %v; want %q", c.spec, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"", "configmap:", "configmap:a/b/c", "configmap:/x"} {
+		if _, err := caRootSource(bad, "istio-system", cs); err == nil || !strings.Contains(err.Error(), "--ca-root") {
+			t.Errorf("%q: error %v, want one naming --ca-root", bad, err)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 // Package certs keeps the workload certificates of one node proxy: a key and
 // CSR per identity, a Fetcher that turns the CSR into a chain (Kubernetes CSRs
-// in production, a local CA in tests), refresh at half the lifetime, and
+// signed by meshctl's signer by default, istiod's CA as ztunnel uses it with
+// the istioca subpackage, a local CA in tests), refresh at half the lifetime, and
 // backoff from 500 ms doubling to 150 s on failure while the old certificate
 // is served for as long as it is valid — so a CA outage shorter than half a
 // certificate's life is invisible to traffic.

@@ -228,8 +228,12 @@ func (m *Manager) fetchOnce(ctx context.Context, id identity.Identity, e *entry)
 	if err != nil || len(chain) == 0 {
 		return 0, m.fail(e, fmt.Errorf("issued chain: %w", errors.Join(err, errors.New("empty"))))
 	}
-	if got, err := identity.FromCertificate(chain[0]); err != nil || got != id {
-		return 0, m.fail(e, fmt.Errorf("issued certificate is for %v, want %s: %w", got, id, err))
+	got, err := identity.FromCertificate(chain[0])
+	if err != nil {
+		return 0, m.fail(e, fmt.Errorf("issued certificate for %s: %w", id, err))
+	}
+	if got != id {
+		return 0, m.fail(e, fmt.Errorf("issued certificate is for %s, want %s", got, id))
 	}
 	if !chain[0].PublicKey.(*ecdsa.PublicKey).Equal(key.Public()) {
 		return 0, m.fail(e, errors.New("issued certificate does not match our key"))

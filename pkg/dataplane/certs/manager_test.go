@@ -2,6 +2,8 @@ package certs
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"strings"
 	"sync"
@@ -182,5 +184,42 @@ func TestUntrackDropsIdentity(t *testing.T) {
 	}
 	if len(m.Dump()) != 0 {
 		t.Errorf("dump still lists %d certificates", len(m.Dump()))
+	}
+}
+
+// TestWrongIdentityIsUnavailable: a CA that signs for another identity than
+// requested (an istiod ignoring the impersonation) leaves the certificate
+// Unavailable, with a reason naming both identities.
+func TestWrongIdentityIsUnavailable(t *testing.T) {
+	t.Parallel()
+	c, err := ca.NewTest("certs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := identity.New("cluster.local", "istio-system", "proxy")
+	m := New(FetcherFunc(func(_ context.Context, req Request) ([]byte, []byte, error) {
+		block, _ := pem.Decode(req.CSR)
+		csr, err := x509.ParseCertificateRequest(block.Bytes)
+		if err != nil {
+			return nil, nil, err
+		}
+		chain, err := c.Sign(csr.PublicKey, other.URL(), time.Now(), time.Now().Add(time.Hour))
+		if err != nil {
+			return nil, nil, err
+		}
+		return ca.EncodeCertificates(chain), c.RootsPEM(), nil
+	}), WithBackoff(time.Hour, time.Hour))
+	defer m.Close()
+	m.Track(id, Pod{UID: "u"})
+	var st string
+	for range 1000 {
+		if st = m.Dump()[0].State; st != StateInitializing {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	want := "Unavailable: issued certificate is for spiffe://cluster.local/ns/istio-system/sa/proxy, want spiffe://cluster.local/ns/ns/sa/sa"
+	if st != want {
+		t.Errorf("state = %q, want %q", st, want)
 	}
 }

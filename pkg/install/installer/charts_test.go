@@ -158,6 +158,47 @@ func TestRenderGolden(t *testing.T) {
 	}
 }
 
+// TestRenderIstiodCA: with proxy.caAddress the proxy gets its certificates
+// from istiod, with the mesh root and an istio-ca token mounted; without it
+// (TestRenderGolden) neither appears.
+func TestRenderIstiodCA(t *testing.T) {
+	t.Parallel()
+	out, err := New().Render(clusterValues(t, "cluster2", "proxy.caAddress=istiod.istio-system.svc:15012"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "charts-meshctl-dataplane-istiod-ca.yaml", out["meshctl-dataplane"])
+	for _, doc := range strings.Split(out["meshctl-dataplane"], "\n---\n") {
+		if !strings.Contains(doc, "kind: DaemonSet") {
+			continue
+		}
+		var ds appsv1.DaemonSet
+		if err := yaml.UnmarshalStrict([]byte(strings.TrimPrefix(doc, "---\n")), &ds); err != nil {
+			t.Fatalf("DaemonSet: %v", err)
+		}
+		spec := ds.Spec.Template.Spec
+		if !slices.Contains(spec.Containers[0].Args, "--ca-address=istiod.istio-system.svc:15012") {
+			t.Errorf("proxy args lack --ca-address: %v", spec.Containers[0].Args)
+		}
+		var audience string
+		for _, v := range spec.Volumes {
+			if v.Projected != nil && len(v.Projected.Sources) == 1 && v.Projected.Sources[0].ServiceAccountToken != nil {
+				audience = v.Projected.Sources[0].ServiceAccountToken.Audience
+			}
+		}
+		if audience != "istio-ca" {
+			t.Errorf("projected token audience = %q, want istio-ca", audience)
+		}
+	}
+	def, err := New().Render(clusterValues(t, "cluster2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(def["meshctl-dataplane"], "istio-ca") {
+		t.Error("the default render mounts istiod's CA material")
+	}
+}
+
 func TestRenderDebugAndNamespace(t *testing.T) {
 	t.Parallel()
 	v := clusterValues(t, "cluster1", "global.logging.level=debug", "global.istioNamespace=mesh")
