@@ -42,7 +42,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags grpcnotrace -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/meshctl-dataplane ./cmd/meshctl-dataplane
 
 test: lint integration
-	$(GO) test -count=1 -timeout 40m -v $(E2E_PKG)
+	$(GO) test -count=1 -timeout 60m -v $(E2E_PKG)
 
 unit:
 	$(GO) test -short -count=1 $(UNIT_PKGS)
