@@ -53,7 +53,7 @@ integration:
 	cd hack/tools && $(GO) test -count=1 ./...
 
 e2e: e2e-env
-	MESHCTL_E2E_REQUIRE=1 $(GO) test -count=1 -timeout 40m -v $(E2E_PKG)
+	MESHCTL_E2E_REQUIRE=1 $(GO) test -count=1 -timeout 60m -v $(E2E_PKG)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
