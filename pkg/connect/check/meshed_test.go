@@ -163,6 +163,14 @@ func TestClientIPs(t *testing.T) {
 	if len(got) != 2 || got[0] != netip.MustParseAddr("10.10.0.7") || got[1] != netip.MustParseAddr("fd00:10::7") {
 		t.Errorf("%v", got)
 	}
+	// With the node's addresses: a tunnel to another cluster arrives from
+	// the client's node (masqueraded).
+	if got := clientIPs("CLIENT_IPS 10.10.0.7,172.18.0.3\nRESULT 0 ok\n"); len(got) != 2 || got[1] != netip.MustParseAddr("172.18.0.3") {
+		t.Errorf("with the node's address: %v", got)
+	}
+	if got := clientIPs("CLIENT_IPS ,\nRESULT 0 ok\n"); len(got) != 0 {
+		t.Errorf("empty downward API values: %v", got)
+	}
 	if got := clientIPs("CLIENT_IPS\nRESULT 0 ok\n"); len(got) != 0 {
 		t.Errorf("no addresses: %v", got)
 	}

@@ -148,15 +148,21 @@ func (c *Checker) runClient(ctx context.Context, r *run, probes []Probe) error {
 	if c.meshed {
 		// The client's addresses, for finding its connections in the
 		// node proxies' logs: a finished pod may no longer list them.
-		sh = `echo "` + clientIPsLine + ` $POD_IPS"` + "\n" + sh
+		// Its node's too: a tunnel to another cluster leaves the node
+		// masqueraded (kind's kindnet masquerades what leaves for
+		// addresses outside its own cluster), so the server's node proxy
+		// sees it come from the client's node (found on kind).
+		sh = `echo "` + clientIPsLine + ` $POD_IPS,$HOST_IPS"` + "\n" + sh
 	}
 	p := c.pod(clientName, nil, corev1.RestartPolicyNever, "sh", "-c", sh)
 	if c.meshed {
 		if err := c.meshPod(ctx, r, p, ClientServiceAccount); err != nil {
 			return err
 		}
-		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "POD_IPS", ValueFrom: &corev1.EnvVarSource{
-			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}}}
+		p.Spec.Containers[0].Env = []corev1.EnvVar{
+			{Name: "POD_IPS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}},
+			{Name: "HOST_IPS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIPs"}}},
+		}
 	}
 	pods := r.client.CoreV1().Pods(c.namespace)
 	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -197,7 +203,7 @@ func (c *Checker) runClient(ctx context.Context, r *run, probes []Probe) error {
 const clientIPsLine = "CLIENT_IPS"
 
 // clientIPs reads the addresses the meshed client printed (the downward
-// API's status.podIPs, comma-separated).
+// API's status.podIPs and status.hostIPs, comma-separated).
 func clientIPs(out string) []netip.Addr {
 	var ips []netip.Addr
 	for _, line := range strings.Split(out, "\n") {
