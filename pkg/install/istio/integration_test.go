@@ -126,7 +126,7 @@ func TestIntegrationIstioCharts(t *testing.T) {
 
 // TestIntegrationRemoteNamesItsControlPlane: a remote's Istio namespace is
 // annotated with its primary (topology.istio.io/controlPlaneClusters)
-// before any chart goes in, as Istio's primary-remote guide does; without
+// before its charts go in, as Istio's primary-remote guide does; without
 // it the primary's istiod leaves the remote's injection webhook without a
 // CA bundle (found on kind: "x509: certificate signed by unknown
 // authority" for every injected pod). The remote's charts render the

@@ -191,19 +191,9 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*installer.
 		return nil, err
 	}
 	byName := map[string]installer.ClusterResult{}
-	// Before any istiod starts: a primary's istiod decides whether it
-	// manages a remote once, when it first reads the remote's secret.
-	for _, t := range targets {
-		if err := i.markControlPlane(ctx, t); err != nil {
-			byName[t.Cluster] = skipped(t, err.Error())
-		}
-	}
 	for _, phase := range Order(targets) {
 		var run []Target
 		for _, t := range phase {
-			if _, failed := byName[t.Cluster]; failed {
-				continue
-			}
 			if p, done := byName[t.Primary]; t.remote() && done && p.Error != "" {
 				byName[t.Cluster] = skipped(t, fmt.Sprintf("skipped: its primary %s failed", t.Primary))
 				continue
@@ -213,7 +203,18 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*installer.
 		if len(run) == 0 {
 			continue
 		}
-		res, err := h.Install(ctx, plain(run)...)
+		var ready []Target
+		for _, t := range run {
+			if err := i.markControlPlane(ctx, t); err != nil {
+				byName[t.Cluster] = skipped(t, err.Error())
+				continue
+			}
+			ready = append(ready, t)
+		}
+		if len(ready) == 0 {
+			continue
+		}
+		res, err := h.Install(ctx, plain(ready)...)
 		if err != nil {
 			return nil, err
 		}
@@ -233,10 +234,7 @@ const ControlPlaneClustersAnnotation = "topology.istio.io/controlPlaneClusters"
 
 // markControlPlane gives a remote's Istio namespace the annotation naming
 // its primary (creating the namespace, as Istio's guide does before the
-// charts); other targets need nothing. It must come before the primary's
-// istiod starts: istiod's checkShouldLead reads the annotation once, when
-// the remote's secret is added (found on kind: annotated later, the remote
-// stayed unmanaged).
+// charts); other targets need nothing.
 func (i *Installer) markControlPlane(ctx context.Context, t Target) error {
 	if !t.remote() {
 		return nil
