@@ -87,55 +87,52 @@ func tcpPort(name string, n int64) map[string]any {
 // and 15017 on an address from the cluster's pool, which every node of the
 // kind network reaches, whatever the clusters' networks.
 func istiodObjects(network string) []*unstructured.Unstructured {
-	labels := map[string]any{ManagedByLabel: FieldManager}
-	selector := map[string]any{}
-	for k, v := range IstiodSelector {
-		selector[k] = v
-	}
 	return []*unstructured.Unstructured{
 		namespaceObject(network),
-		{Object: map[string]any{
-			"apiVersion": "v1", "kind": "Service",
-			"metadata": map[string]any{"name": IstiodServiceName, "namespace": GatewayNamespace, "labels": labels},
-			"spec": map[string]any{
-				"type":           "LoadBalancer",
-				"ipFamilyPolicy": "PreferDualStack",
-				"selector":       selector,
-				"ports":          []any{tcpPort("tcp-istiod", PortIstiod), tcpPort("tcp-webhook", PortWebhook)},
-			},
-		}},
+		loadBalancer(IstiodServiceName, IstiodSelector, false,
+			tcpPort("tcp-istiod", PortIstiod), tcpPort("tcp-webhook", PortWebhook)),
 	}
 }
 
 // gatewayObjects are istio-system (labelled with the network, which istiod
 // reads as the cluster's network) and the gateway Service.
 func gatewayObjects(network string) []*unstructured.Unstructured {
-	labels := map[string]any{ManagedByLabel: FieldManager}
-	selector := map[string]any{}
-	for k, v := range GatewaySelector(network) {
-		labels[k] = v
-		selector[k] = v
-	}
-	port := tcpPort
 	return []*unstructured.Unstructured{
 		namespaceObject(network),
-		{Object: map[string]any{
-			"apiVersion": "v1", "kind": "Service",
-			"metadata": map[string]any{"name": GatewayName, "namespace": GatewayNamespace, "labels": labels},
-			"spec": map[string]any{
-				"type": "LoadBalancer",
-				// both families where the cluster has both: the gateway must
-				// be reachable from IPv6-only peers too
-				"ipFamilyPolicy": "PreferDualStack",
-				"selector":       selector,
-				"ports": []any{
-					port("status-port", PortStatus),
-					port("tls", PortTLS),
-					port("tcp-istiod", PortIstiod),
-					port("tcp-webhook", PortWebhook),
-					port("tcp-hbone", PortHBONE),
-				},
-			},
-		}},
+		loadBalancer(GatewayName, GatewaySelector(network), true,
+			tcpPort("status-port", PortStatus),
+			tcpPort("tls", PortTLS),
+			tcpPort("tcp-istiod", PortIstiod),
+			tcpPort("tcp-webhook", PortWebhook),
+			tcpPort("tcp-hbone", PortHBONE)),
 	}
+}
+
+// loadBalancer is a LoadBalancer Service in istio-system selecting
+// selector, labelled as meshctl's (and with selector too, when
+// selectorLabels, as Istio labels its gateway Service). It asks for both
+// families where the cluster has both: IPv6-only peers must reach it too.
+func loadBalancer(name string, selector map[string]string, selectorLabels bool, ports ...map[string]any) *unstructured.Unstructured {
+	labels := map[string]any{ManagedByLabel: FieldManager}
+	sel := map[string]any{}
+	for k, v := range selector {
+		sel[k] = v
+		if selectorLabels {
+			labels[k] = v
+		}
+	}
+	ps := make([]any, len(ports))
+	for i, p := range ports {
+		ps[i] = p
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": name, "namespace": GatewayNamespace, "labels": labels},
+		"spec": map[string]any{
+			"type":           "LoadBalancer",
+			"ipFamilyPolicy": "PreferDualStack",
+			"selector":       sel,
+			"ports":          ps,
+		},
+	}}
 }
