@@ -300,3 +300,57 @@ func TestIntegrationServerByName(t *testing.T) {
 		t.Errorf("server %s, want https://it-cluster2-control-plane:6443", cfg.Host)
 	}
 }
+
+// TestIntegrationRemoteReaderManagesWebhooks: the reader of a remote (its
+// control plane is another cluster's istiod) may do what Istio's reader role
+// grants in a remote — list and patch the webhooks, keep ConfigMaps — while
+// a primary's reader still only reads. Found on kind: with read-only rules
+// the primary's istiod never synced the remote (/debug/clusterz `timeout`)
+// and the remote's injection webhook kept no CA bundle.
+func TestIntegrationRemoteReaderManagesWebhooks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	const tokens = "serviceaccount-token-controller"
+	src := &envSource{kubeconfigs: map[string][]byte{}}
+	cfgs := map[string]*rest.Config{}
+	for _, c := range []cluster.ClusterPlan{
+		{Name: "cluster1", KindName: "it-cluster1", Network: "network-1", PrimaryClusterName: "cluster1", ConfigClusterName: "cluster1"},
+		{Name: "cluster2", KindName: "it-cluster2", Network: "network-1", PrimaryClusterName: "cluster1", ConfigClusterName: "cluster1"},
+	} {
+		cfgs[c.Name] = testenv.NewWithControllers(t, tokens)
+		src.kubeconfigs[c.Name] = kubeconfigFor(t, c.Name, cfgs[c.Name])
+		src.clusters = append(src.clusters, c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	m := New(src, WithTimeout(30*time.Second))
+	if _, err := m.Ensure(ctx, "it"); err != nil {
+		t.Fatal(err)
+	}
+	// The primary has no remote secret for itself; print cluster1's to test
+	// its reader.
+	for _, name := range []string{"cluster1", "cluster2"} {
+		s, err := m.Secret(ctx, "it", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		reader := kubernetes.NewForConfigOrDie(cfg)
+		_, listErr := reader.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+		_, cmErr := reader.CoreV1().ConfigMaps(Namespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "lock-" + name}}, metav1.CreateOptions{})
+		switch name {
+		case "cluster2": // the remote
+			if listErr != nil || cmErr != nil {
+				t.Errorf("the remote's reader cannot do what its primary's istiod needs: list webhooks: %v; create configmap: %v", listErr, cmErr)
+			}
+		default:
+			if !apierrors.IsForbidden(listErr) || !apierrors.IsForbidden(cmErr) {
+				t.Errorf("the primary's reader may list webhooks (%v) or create configmaps (%v): it must only read", listErr, cmErr)
+			}
+		}
+	}
+}

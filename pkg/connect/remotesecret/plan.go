@@ -14,6 +14,16 @@ type pair struct {
 // isPrimary: the cluster runs a control plane.
 func isPrimary(c cluster.ClusterPlan) bool { return c.PrimaryClusterName == c.Name }
 
+// isRemote: the cluster named has its control plane in another cluster.
+func isRemote(cs []cluster.ClusterPlan, name string) bool {
+	for _, c := range cs {
+		if c.Name == name {
+			return c.PrimaryClusterName != "" && !isPrimary(c)
+		}
+	}
+	return false
+}
+
 // isConfig: the cluster holds its own mesh config.
 func isConfig(c cluster.ClusterPlan) bool { return c.ConfigClusterName == c.Name }
 

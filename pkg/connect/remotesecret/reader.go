@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,16 +75,39 @@ var readerRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 }
 
+// remoteRules are what Istio's reader cluster role adds in a remote
+// (istiodRemote.enabled): the primary's istiod, which manages the remote,
+// keeps its leader-election ConfigMaps and istio-ca-root-cert there and
+// patches its webhooks with its CA bundle. Without them that istiod's
+// informer of the remote's webhooks never syncs: on kind the remote stayed
+// `timeout` in /debug/clusterz, and its injection webhook was refused
+// ("x509: certificate signed by unknown authority").
+var remoteRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get", "list", "watch", "update"}},
+	{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+	{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"get", "list", "watch", "update"}},
+}
+
+// rulesFor is the reader's rules in a cluster: a remote (whose control
+// plane runs in another cluster) grants that control plane Istio's remote
+// extras.
+func rulesFor(remote bool) []rbacv1.PolicyRule {
+	if !remote {
+		return readerRules
+	}
+	return append(slices.Clone(readerRules), remoteRules...)
+}
+
 // credentials are what a remote secret holds of its source cluster.
 type credentials struct {
 	ca, token []byte
 }
 
 // ensureReader creates (or finds) the reader ServiceAccount, its ClusterRole
-// and binding and its token Secret in a source cluster, and waits until the
-// token controller has filled the Secret. It reports whether the token
-// Secret was created now.
-func (m *Manager) ensureReader(ctx context.Context, client kubernetes.Interface) (credentials, string, error) {
+// (remote: with rulesFor's extras) and binding and its token Secret in a
+// source cluster, and waits until the token controller has filled the
+// Secret. It reports whether the token Secret was created now.
+func (m *Manager) ensureReader(ctx context.Context, client kubernetes.Interface, remote bool) (credentials, string, error) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return credentials{}, "", fmt.Errorf("creating namespace %s: %w", Namespace, err)
@@ -95,7 +119,7 @@ func (m *Manager) ensureReader(ctx context.Context, client kubernetes.Interface)
 	if err != nil {
 		return credentials{}, "", err
 	}
-	if err := ensureClusterRole(ctx, client); err != nil {
+	if err := ensureClusterRole(ctx, client, rulesFor(remote)); err != nil {
 		return credentials{}, "", err
 	}
 	if err := ensureBinding(ctx, client); err != nil {
@@ -127,14 +151,14 @@ func (m *Manager) ensureServiceAccount(ctx context.Context, client kubernetes.In
 	return sa, nil
 }
 
-func ensureClusterRole(ctx context.Context, client kubernetes.Interface) error {
+func ensureClusterRole(ctx context.Context, client kubernetes.Interface, rules []rbacv1.PolicyRule) error {
 	roles := client.RbacV1().ClusterRoles()
 	cur, err := roles.Get(ctx, ClusterRole, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		_, err = roles.Create(ctx, &rbacv1.ClusterRole{
 			ObjectMeta: metav1.ObjectMeta{Name: ClusterRole, Labels: maps.Clone(managedBy)},
-			Rules:      readerRules,
+			Rules:      rules,
 		}, metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("creating cluster role %s: %w", ClusterRole, err)
@@ -142,10 +166,10 @@ func ensureClusterRole(ctx context.Context, client kubernetes.Interface) error {
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading cluster role %s: %w", ClusterRole, err)
-	case equality.Semantic.DeepEqual(cur.Rules, readerRules):
+	case equality.Semantic.DeepEqual(cur.Rules, rules):
 		return nil
 	}
-	cur.Rules = readerRules
+	cur.Rules = rules
 	if _, err := roles.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("updating cluster role %s: %w", ClusterRole, err)
 	}

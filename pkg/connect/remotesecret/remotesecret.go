@@ -132,7 +132,7 @@ func (m *Manager) Ensure(ctx context.Context, env string) (*Result, error) {
 	res.Readers = make([]ReaderResult, len(names))
 	err = each(len(names), func(i int) error {
 		name := names[i]
-		c, action, err := m.ensureReader(ctx, eps[name].client)
+		c, action, err := m.ensureReader(ctx, eps[name].client, isRemote(cs, name))
 		if err != nil {
 			return fmt.Errorf("cluster %q: reader account: %w", name, err)
 		}
@@ -200,7 +200,7 @@ func (m *Manager) Secret(ctx context.Context, env, name string) (*corev1.Secret,
 	if err != nil {
 		return nil, err
 	}
-	creds, _, err := m.ensureReader(ctx, eps[name].client)
+	creds, _, err := m.ensureReader(ctx, eps[name].client, isRemote(cs, name))
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: reader account: %w", name, err)
 	}

@@ -38,7 +38,8 @@ type Release struct {
 	Chart string // directory under the charts directory
 }
 
-// Releases are Istio's charts meshctl installs, in install order.
+// Releases are Istio's charts meshctl installs, in install order; the
+// first holds Istio's CRDs (a remote gets it early: prepareRemotes).
 var Releases = []Release{
 	{Name: "istio-base", Chart: "base"},
 	{Name: "istiod", Chart: "istio-control/istio-discovery"},
@@ -116,9 +117,11 @@ func New(opts ...Option) *Installer {
 	return i
 }
 
-func (i *Installer) helm() *installer.Installer {
-	dirs, names := make([]string, len(Releases)), make([]string, len(Releases))
-	for n, r := range Releases {
+func (i *Installer) helm() *installer.Installer { return i.helmOf(Releases) }
+
+func (i *Installer) helmOf(releases []Release) *installer.Installer {
+	dirs, names := make([]string, len(releases)), make([]string, len(releases))
+	for n, r := range releases {
 		dirs[n], names[n] = r.Chart, r.Name
 	}
 	return installer.New(installer.WithCharts(os.DirFS(i.charts), dirs...), installer.WithReleaseNames(names...),
@@ -179,9 +182,11 @@ func (i *Installer) Validate(targets ...Target) error {
 
 // Install installs istio-base and istiod into every target: values and
 // reachability of every cluster are checked first (the error is about
-// them: nothing was touched), then the phases of Order run one after the
-// other, the clusters of a phase in parallel. A remote whose primary failed
-// is skipped. Every cluster's outcome is in the result, in target order.
+// them: nothing was touched). Then every remote is prepared for its
+// primary (see prepareRemotes), and the phases of Order run one after the
+// other, the clusters of a phase in parallel. A remote whose primary failed,
+// or that could not be prepared, is skipped. Every cluster's outcome is in
+// the result, in target order.
 func (i *Installer) Install(ctx context.Context, targets ...Target) (*installer.Result, error) {
 	if err := i.Validate(targets...); err != nil {
 		return nil, err
@@ -190,10 +195,22 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*installer.
 	if err := h.Reachable(ctx, plain(targets)...); err != nil {
 		return nil, err
 	}
+	prepared, err := i.prepareRemotes(ctx, targets)
+	if err != nil {
+		return nil, err
+	}
 	byName := map[string]installer.ClusterResult{}
+	for name, c := range prepared {
+		if c.Error != "" {
+			byName[name] = c
+		}
+	}
 	for _, phase := range Order(targets) {
 		var run []Target
 		for _, t := range phase {
+			if _, failed := byName[t.Cluster]; failed {
+				continue // its preparation failed
+			}
 			if p, done := byName[t.Primary]; t.remote() && done && p.Error != "" {
 				byName[t.Cluster] = skipped(t, fmt.Sprintf("skipped: its primary %s failed", t.Primary))
 				continue
@@ -203,22 +220,15 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*installer.
 		if len(run) == 0 {
 			continue
 		}
-		var ready []Target
-		for _, t := range run {
-			if err := i.markControlPlane(ctx, t); err != nil {
-				byName[t.Cluster] = skipped(t, err.Error())
-				continue
-			}
-			ready = append(ready, t)
-		}
-		if len(ready) == 0 {
-			continue
-		}
-		res, err := h.Install(ctx, plain(ready)...)
+		res, err := h.Install(ctx, plain(run)...)
 		if err != nil {
 			return nil, err
 		}
 		for _, c := range res.Clusters {
+			if p, ok := prepared[c.Cluster]; ok && len(c.Releases) > 0 && len(p.Releases) > 0 && c.Releases[0].Action == installer.ActionUnchanged {
+				// istio-base went in while preparing: say what was done then.
+				c.Releases[0] = p.Releases[0]
+			}
 			byName[c.Cluster] = c
 		}
 	}
@@ -231,6 +241,47 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*installer.
 // injection webhook with its CA bundle (the remote's API server then
 // refuses istiod's certificate) nor writes istio-ca-root-cert there.
 const ControlPlaneClustersAnnotation = "topology.istio.io/controlPlaneClusters"
+
+// prepareRemotes readies every remote before any istiod starts: its Istio
+// namespace names its primary (markControlPlane) and it holds Istio's CRDs
+// (the istio-base release). Both are read by the primary's istiod when it
+// adds the remote from its remote secret — which meshctl created before
+// any chart — and only then: the annotation decides once whether that
+// istiod patches the remote's injection webhook with its CA bundle
+// (istio's multicluster.go, checkShouldLead). Istio's primary-remote guide
+// gets the same order by creating the remote secret last. The result is
+// every remote's istio-base outcome; a failed one's other releases are
+// skipped.
+func (i *Installer) prepareRemotes(ctx context.Context, targets []Target) (map[string]installer.ClusterResult, error) {
+	out := map[string]installer.ClusterResult{}
+	var remotes []Target
+	for _, t := range targets {
+		if !t.remote() {
+			continue
+		}
+		if err := i.markControlPlane(ctx, t); err != nil {
+			out[t.Cluster] = skipped(t, err.Error())
+			continue
+		}
+		remotes = append(remotes, t)
+	}
+	if len(remotes) == 0 {
+		return out, nil
+	}
+	res, err := i.helmOf(Releases[:1]).Install(ctx, plain(remotes)...)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range res.Clusters {
+		if c.Error != "" { // istio-base's outcome as it is, the rest skipped
+			for _, r := range Releases[1:] {
+				c.Releases = append(c.Releases, installer.ReleaseResult{Name: r.Name, Chart: r.Chart, Action: installer.ActionSkipped})
+			}
+		}
+		out[c.Cluster] = c
+	}
+	return out, nil
+}
 
 // markControlPlane gives a remote's Istio namespace the annotation naming
 // its primary (creating the namespace, as Istio's guide does before the
