@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
@@ -21,7 +22,7 @@ type Existing struct {
 	KindName string `json:"kindName"`
 	// Record is meshctl's record of it; nil for clusters meshctl did not
 	// create (or did not finish creating).
-	Record *Record `json:"record,omitempty"`
+	Record *model.Record `json:"record,omitempty"`
 	// Error is why the record could not be read.
 	Error string `json:"error,omitempty"`
 	// State is StateStopped (its control-plane container does not run:
@@ -32,7 +33,7 @@ type Existing struct {
 	// Incomplete is the plan of a kind cluster whose creation meshctl
 	// began and never finished (the run was killed): it has no record on
 	// its node, only meshctl's local one.
-	Incomplete *Record `json:"incomplete,omitempty"`
+	Incomplete *model.Record `json:"incomplete,omitempty"`
 }
 
 // Env is the environment the cluster belongs to, or "" if none.
@@ -140,12 +141,12 @@ func (e Existing) sortName() string {
 }
 
 // Environment returns the plans of the clusters of env, in mesh-name order.
-func (p *Provider) Environment(ctx context.Context, env string) ([]ClusterPlan, error) {
+func (p *Provider) Environment(ctx context.Context, env string) ([]model.ClusterPlan, error) {
 	recs, err := p.records(ctx, env)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ClusterPlan, len(recs))
+	out := make([]model.ClusterPlan, len(recs))
 	for i, r := range recs {
 		out[i] = r.Cluster
 	}
@@ -155,12 +156,12 @@ func (p *Provider) Environment(ctx context.Context, env string) ([]ClusterPlan, 
 // records returns meshctl's records of the clusters of env, in mesh-name
 // order: Environment's plans, with what meshctl learned of each cluster
 // since (its load-balancer pools).
-func (p *Provider) records(ctx context.Context, env string) ([]Record, error) {
+func (p *Provider) records(ctx context.Context, env string) ([]model.Record, error) {
 	all, err := p.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []Record
+	var out []model.Record
 	for _, e := range all {
 		if e.Env() == env {
 			out = append(out, *e.Record)
@@ -171,10 +172,10 @@ func (p *Provider) records(ctx context.Context, env string) ([]Record, error) {
 }
 
 // Find returns the cluster of env with the given mesh or kind name.
-func (p *Provider) Find(ctx context.Context, env, name string) (ClusterPlan, error) {
+func (p *Provider) Find(ctx context.Context, env, name string) (model.ClusterPlan, error) {
 	cs, err := p.Environment(ctx, env)
 	if err != nil {
-		return ClusterPlan{}, err
+		return model.ClusterPlan{}, err
 	}
 	var names []string
 	for _, c := range cs {
@@ -184,9 +185,9 @@ func (p *Provider) Find(ctx context.Context, env, name string) (ClusterPlan, err
 		names = append(names, c.Name)
 	}
 	if len(names) == 0 {
-		return ClusterPlan{}, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
+		return model.ClusterPlan{}, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
 	}
-	return ClusterPlan{}, fmt.Errorf("no cluster %q in environment %q (it has %s)", name, env, strings.Join(names, ", "))
+	return model.ClusterPlan{}, fmt.Errorf("no cluster %q in environment %q (it has %s)", name, env, strings.Join(names, ", "))
 }
 
 // Kubeconfig returns a cluster's kubeconfig, read from the cluster itself.
@@ -202,7 +203,7 @@ func (p *Provider) Kubeconfig(ctx context.Context, env, name string, internal bo
 // (from Environment): finding a cluster by name lists every cluster on the
 // machine and reads each one's record, so a step that needs every
 // cluster's kubeconfig would do that once per cluster.
-func (p *Provider) ClusterKubeconfig(_ context.Context, c ClusterPlan, internal bool) ([]byte, error) {
+func (p *Provider) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, internal bool) ([]byte, error) {
 	return p.kubeconfig(c, internal)
 }
 
@@ -271,7 +272,7 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 	if err != nil {
 		return nil, err
 	}
-	var targets, existing, incomplete []ClusterPlan
+	var targets, existing, incomplete []model.ClusterPlan
 	extra := map[string]bool{}
 	for _, n := range o.extra {
 		extra[n] = true
@@ -294,7 +295,7 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 			if e.Record != nil && e.Record.Env != env {
 				return nil, fmt.Errorf("kind cluster %s belongs to environment %q, not %q", e.KindName, e.Record.Env, env)
 			}
-			targets = append(targets, ClusterPlan{Name: e.KindName, KindName: e.KindName})
+			targets = append(targets, model.ClusterPlan{Name: e.KindName, KindName: e.KindName})
 			delete(extra, e.KindName)
 		}
 	}
@@ -357,7 +358,7 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 // existing cluster, meshctl's local files for it go too, since the
 // environment no longer uses it. A cluster another environment has claimed
 // since is left alone.
-func (p *Provider) uninstallFrom(ctx context.Context, env string, c ClusterPlan) ([]string, error) {
+func (p *Provider) uninstallFrom(ctx context.Context, env string, c model.ClusterPlan) ([]string, error) {
 	kc, err := p.kubeconfig(c, false)
 	if err != nil {
 		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
@@ -391,8 +392,8 @@ func (p *Provider) uninstallFrom(ctx context.Context, env string, c ClusterPlan)
 }
 
 // deleteClusters deletes clusters concurrently and removes their kubeconfigs.
-func (p *Provider) deleteClusters(env string, cs []ClusterPlan) error {
-	return parallel.ForEach(cs, func(c ClusterPlan) error {
+func (p *Provider) deleteClusters(env string, cs []model.ClusterPlan) error {
+	return parallel.ForEach(cs, func(c model.ClusterPlan) error {
 		kc := p.KubeconfigPath(env, c.Name, false)
 		if err := p.kind.Delete(c.KindName, kc); err != nil {
 			return fmt.Errorf("deleting cluster %q (kind cluster %s): %w", c.Name, c.KindName, err)

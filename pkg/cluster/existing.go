@@ -24,43 +24,13 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
-
-// Discovery is what Up learned of an existing cluster from its API server.
-// Its subnets are read, never defaulted; the *From fields say where from,
-// because a person debugging a mesh needs to know how much to trust them.
-type Discovery struct {
-	Server             string `json:"server"`
-	Version            string `json:"version"`
-	Nodes              int    `json:"nodes"`
-	PodSubnetsFrom     string `json:"podSubnetsFrom"`
-	ServiceSubnetsFrom string `json:"serviceSubnetsFrom"`
-	// ServiceSubnetsInferred is set when the cluster does not serve the
-	// ServiceCIDR API: the range is then inferred from the kubernetes
-	// Service's address and is an upper bound.
-	ServiceSubnetsInferred bool `json:"serviceSubnetsInferred,omitempty"`
-}
 
 // MinKubernetesVersion is the oldest existing cluster meshctl accepts: the
 // oldest Kubernetes release Istio's supported versions still run on.
 const MinKubernetesVersion = "v1.28.0"
-
-// ManagedBy is the label meshctl puts on every object it creates in a
-// cluster; `down` deletes what carries it from existing clusters.
-const (
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-	ManagedByValue = "meshctl"
-)
-
-// The claim meshctl writes into an existing cluster: which environment (and
-// mesh name) uses it. `up` of another environment refuses the cluster, and
-// `down` of another environment leaves it alone, so that one environment's
-// down never uninstalls what another installed.
-const (
-	ClaimNamespace = "meshctl-system"
-	ClaimName      = "meshctl-cluster"
-)
 
 // existingRecordFile is the local record of an existing cluster, in its
 // directory under the artifacts directory. A kind cluster's record lives on
@@ -85,9 +55,9 @@ var existingAccess = []authorizationv1.ResourceAttributes{
 	{Verb: "list", Resource: "nodes"},
 	{Verb: "get", Resource: "services", Namespace: "default"},
 	{Verb: "create", Resource: "namespaces"},
-	{Verb: "get", Resource: "configmaps", Namespace: ClaimNamespace},
-	{Verb: "create", Resource: "configmaps", Namespace: ClaimNamespace},
-	{Verb: "delete", Resource: "configmaps", Namespace: ClaimNamespace},
+	{Verb: "get", Resource: "configmaps", Namespace: model.ClaimNamespace},
+	{Verb: "create", Resource: "configmaps", Namespace: model.ClaimNamespace},
+	{Verb: "delete", Resource: "configmaps", Namespace: model.ClaimNamespace},
 	{Verb: "create", Resource: "secrets", Namespace: istioNamespace},
 	{Verb: "update", Resource: "secrets", Namespace: istioNamespace},
 	{Verb: "delete", Resource: "secrets", Namespace: istioNamespace},
@@ -98,7 +68,7 @@ var existingAccess = []authorizationv1.ResourceAttributes{
 // after the mesh cluster like a kind cluster's: certificate files are
 // embedded (relative paths resolved against the kubeconfig's directory), so
 // the copy meshctl hands to other steps works from anywhere.
-func existingKubeconfig(c ClusterPlan) (*clientcmdapi.Config, error) {
+func existingKubeconfig(c model.ClusterPlan) (*clientcmdapi.Config, error) {
 	// Read first: LoadFromFile says less about a permission problem.
 	if _, err := os.ReadFile(c.Kubeconfig); err != nil {
 		return nil, fmt.Errorf("cannot read kubeconfig %s (meta.kubeconfig): %w", c.Kubeconfig, err)
@@ -156,7 +126,7 @@ func contextNames(cfg *clientcmdapi.Config) string {
 }
 
 // contextName is the user's name for an existing cluster's context, for messages.
-func contextName(c ClusterPlan) string {
+func contextName(c model.ClusterPlan) string {
 	if c.Context != "" {
 		return c.Context
 	}
@@ -164,7 +134,7 @@ func contextName(c ClusterPlan) string {
 }
 
 // existingClient connects to an existing cluster.
-func existingClient(c ClusterPlan) (kubernetes.Interface, *rest.Config, error) {
+func existingClient(c model.ClusterPlan) (kubernetes.Interface, *rest.Config, error) {
 	cfg, err := existingKubeconfig(c)
 	if err != nil {
 		return nil, nil, err
@@ -195,7 +165,7 @@ func loopback(server string) bool {
 }
 
 // apiError says what a failed first request to an API server means.
-func apiError(c ClusterPlan, server string, err error) error {
+func apiError(c model.ClusterPlan, server string, err error) error {
 	switch {
 	case apierrors.IsUnauthorized(err):
 		return fmt.Errorf("API server %s rejected the credentials of context %s (401 Unauthorized): they are wrong or expired", server, contextName(c))
@@ -212,7 +182,7 @@ func apiError(c ClusterPlan, server string, err error) error {
 // cluster is reported, one message each, and nothing has been changed
 // anywhere. Up calls it before any change; it is exported so that a
 // command or a test framework can check a topology without bringing it up.
-func (p *Provider) CheckExisting(ctx context.Context, plan *Plan) error {
+func (p *Provider) CheckExisting(ctx context.Context, plan *model.Plan) error {
 	var idx []int
 	for i, c := range plan.Clusters {
 		if c.Existing {
@@ -222,7 +192,7 @@ func (p *Provider) CheckExisting(ctx context.Context, plan *Plan) error {
 	if len(idx) == 0 {
 		return nil
 	}
-	checked := make([]ClusterPlan, len(plan.Clusters))
+	checked := make([]model.ClusterPlan, len(plan.Clusters))
 	err := parallel.ForEach(idx, func(i int) error {
 		c, err := checkExisting(ctx, plan.Env, plan.Clusters[i])
 		if err != nil {
@@ -243,10 +213,10 @@ func (p *Provider) CheckExisting(ctx context.Context, plan *Plan) error {
 		}
 	}
 	// Discovered subnets may clash with others on the same network.
-	return plan.validate(nil)
+	return plan.Validate()
 }
 
-func checkExisting(ctx context.Context, env string, c ClusterPlan) (ClusterPlan, error) {
+func checkExisting(ctx context.Context, env string, c model.ClusterPlan) (model.ClusterPlan, error) {
 	ctx, cancel := context.WithTimeout(ctx, existingTimeout)
 	defer cancel()
 	cs, rc, err := existingClient(c)
@@ -274,7 +244,7 @@ func checkExisting(ctx context.Context, env string, c ClusterPlan) (ClusterPlan,
 	if err != nil {
 		return c, fmt.Errorf("listing nodes: %w", err)
 	}
-	d := &Discovery{Server: rc.Host, Version: info.GitVersion, Nodes: len(nodes.Items)}
+	d := &model.Discovery{Server: rc.Host, Version: info.GitVersion, Nodes: len(nodes.Items)}
 	var podCIDRs []string
 	seen := map[string]bool{}
 	for _, n := range nodes.Items {
@@ -312,14 +282,14 @@ func checkExisting(ctx context.Context, env string, c ClusterPlan) (ClusterPlan,
 	if c.ServiceSubnets, d.ServiceSubnetsFrom, err = reconcile("svcSubnet", c.ServiceSubnets, svc, from, ""); err != nil {
 		return c, err
 	}
-	c.IPFamily = familyOf(append(append([]string{}, c.PodSubnets...), c.ServiceSubnets...))
+	c.IPFamily = model.FamilyOf(append(append([]string{}, c.PodSubnets...), c.ServiceSubnets...))
 	c.Discovery = d
 	return c, nil
 }
 
 // checkAccess asks the API server whether the context may do what meshctl
 // does there, and names everything it may not.
-func checkAccess(ctx context.Context, cs kubernetes.Interface, c ClusterPlan) error {
+func checkAccess(ctx context.Context, cs kubernetes.Interface, c model.ClusterPlan) error {
 	var denied []string
 	for _, ra := range existingAccess {
 		ra := ra
@@ -338,23 +308,23 @@ func checkAccess(ctx context.Context, cs kubernetes.Interface, c ClusterPlan) er
 		}
 	}
 	if len(denied) > 0 {
-		return fmt.Errorf("context %s is not authorized to %s (meshctl records the cluster in %s and installs istio-system/cacerts there; cluster-admin can)", contextName(c), strings.Join(denied, ", "), ClaimNamespace)
+		return fmt.Errorf("context %s is not authorized to %s (meshctl records the cluster in %s and installs istio-system/cacerts there; cluster-admin can)", contextName(c), strings.Join(denied, ", "), model.ClaimNamespace)
 	}
 	return nil
 }
 
 // checkClaim refuses a cluster another environment uses.
 func checkClaim(ctx context.Context, cs kubernetes.Interface, env, name string) error {
-	cm, err := cs.CoreV1().ConfigMaps(ClaimNamespace).Get(ctx, ClaimName, metav1.GetOptions{})
+	cm, err := cs.CoreV1().ConfigMaps(model.ClaimNamespace).Get(ctx, model.ClaimName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:
-		return fmt.Errorf("reading %s/%s: %w", ClaimNamespace, ClaimName, err)
+		return fmt.Errorf("reading %s/%s: %w", model.ClaimNamespace, model.ClaimName, err)
 	case cm.Data["env"] != env:
-		return fmt.Errorf("is used by meshctl environment %q (as cluster %q, says %s/%s): run `meshctl down --env %s` first, or use that environment", cm.Data["env"], cm.Data["cluster"], ClaimNamespace, ClaimName, cm.Data["env"])
+		return fmt.Errorf("is used by meshctl environment %q (as cluster %q, says %s/%s): run `meshctl down --env %s` first, or use that environment", cm.Data["env"], cm.Data["cluster"], model.ClaimNamespace, model.ClaimName, cm.Data["env"])
 	case cm.Data["cluster"] != name:
-		return fmt.Errorf("is already cluster %q of environment %q (says %s/%s): one cluster cannot be two", cm.Data["cluster"], env, ClaimNamespace, ClaimName)
+		return fmt.Errorf("is already cluster %q of environment %q (says %s/%s): one cluster cannot be two", cm.Data["cluster"], env, model.ClaimNamespace, model.ClaimName)
 	}
 	return nil
 }
@@ -386,26 +356,12 @@ func serviceCIDRs(ctx context.Context, cs kubernetes.Interface) (cidrs []string,
 		if err != nil {
 			return nil, "", false, fmt.Errorf("Service default/kubernetes has an unreadable ClusterIP %q", s)
 		}
-		cidrs = append(cidrs, InferServiceCIDR(ip).String())
+		cidrs = append(cidrs, model.InferServiceCIDR(ip).String())
 	}
 	if len(cidrs) == 0 {
 		return nil, "", false, fmt.Errorf("no ServiceCIDR kubernetes, and Service default/kubernetes has no ClusterIP")
 	}
 	return cidrs, fmt.Sprintf("inferred from Service default/kubernetes ClusterIP %s (the range's first address; the ServiceCIDR API is not served): an upper bound", strings.Join(ips, ",")), true, nil
-}
-
-// InferServiceCIDR is the largest service range Kubernetes allows (/12 for
-// IPv4, /108 for IPv6) that starts right before ip, the address the API
-// server gives the kubernetes Service: the first of its range. The true
-// range is inside it; its size is not readable.
-func InferServiceCIDR(ip netip.Addr) netip.Prefix {
-	base := ip.Prev()
-	for bits := minSvcBits[ip.Is4()]; bits < ip.BitLen(); bits++ {
-		if pr := netip.PrefixFrom(base, bits); pr.Masked().Addr() == base {
-			return pr
-		}
-	}
-	return netip.PrefixFrom(ip, ip.BitLen())
 }
 
 // reconcile checks subnets the topology states against the discovered ones
@@ -421,7 +377,7 @@ func reconcile(field string, stated, found []string, foundFrom, noneFrom string)
 	case len(stated) == 0:
 		return found, foundFrom, nil
 	}
-	st := prefixes(stated)
+	st := model.Prefixes(stated)
 	for _, f := range found {
 		fp, err := netip.ParsePrefix(f)
 		if err != nil {
@@ -438,24 +394,6 @@ func reconcile(field string, stated, found []string, foundFrom, noneFrom string)
 	return stated, "topology, checked against " + foundFrom, nil
 }
 
-// familyOf names the IP family of a set of CIDRs, "" when there are none.
-func familyOf(cidrs []string) string {
-	v4, v6 := false, false
-	for _, p := range prefixes(cidrs) {
-		v4 = v4 || p.Addr().Is4()
-		v6 = v6 || !p.Addr().Is4()
-	}
-	switch {
-	case v4 && v6:
-		return Dual
-	case v6:
-		return IPv6
-	case v4:
-		return IPv4
-	}
-	return ""
-}
-
 // existingRecordPath is the local record of an existing cluster.
 func (p *Provider) existingRecordPath(env, cluster string) string {
 	return filepath.Join(p.clusterDir(env, cluster), existingRecordFile)
@@ -464,33 +402,33 @@ func (p *Provider) existingRecordPath(env, cluster string) string {
 // recordExisting writes the claim into an existing cluster (creating the
 // meshctl-system namespace, labelled as meshctl's, if missing) and the
 // local record that lets status, list and down find it.
-func (p *Provider) recordExisting(ctx context.Context, rec Record) error {
+func (p *Provider) recordExisting(ctx context.Context, rec model.Record) error {
 	c := rec.Cluster
 	cs, _, err := existingClient(c)
 	if err != nil {
 		return fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
-	managed := map[string]string{ManagedByLabel: ManagedByValue}
+	managed := map[string]string{model.ManagedByLabel: model.ManagedByValue}
 	// A namespace that exists already is not labelled: it is not
 	// meshctl's to delete on down.
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ClaimNamespace, Labels: managed}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: model.ClaimNamespace, Labels: managed}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-		cur, err := cs.CoreV1().Namespaces().Get(ctx, ClaimNamespace, metav1.GetOptions{})
+		cur, err := cs.CoreV1().Namespaces().Get(ctx, model.ClaimNamespace, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("cluster %q: reading namespace %s: %w", c.Name, ClaimNamespace, err)
+			return fmt.Errorf("cluster %q: reading namespace %s: %w", c.Name, model.ClaimNamespace, err)
 		}
 		if cur.DeletionTimestamp != nil {
-			return fmt.Errorf("cluster %q: namespace %s is still being deleted (by an earlier `meshctl down`): rerun when it is gone", c.Name, ClaimNamespace)
+			return fmt.Errorf("cluster %q: namespace %s is still being deleted (by an earlier `meshctl down`): rerun when it is gone", c.Name, model.ClaimNamespace)
 		}
 	} else if err != nil {
-		return fmt.Errorf("cluster %q: creating namespace %s: %w", c.Name, ClaimNamespace, err)
+		return fmt.Errorf("cluster %q: creating namespace %s: %w", c.Name, model.ClaimNamespace, err)
 	}
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: ClaimName, Namespace: ClaimNamespace, Labels: managed},
+		ObjectMeta: metav1.ObjectMeta{Name: model.ClaimName, Namespace: model.ClaimNamespace, Labels: managed},
 		Data:       map[string]string{"env": rec.Env, "cluster": c.Name, "meshctlVersion": rec.Version, "createdAt": rec.CreatedAt.Format(time.RFC3339)},
 	}
-	cms := cs.CoreV1().ConfigMaps(ClaimNamespace)
-	cur, err := cms.Get(ctx, ClaimName, metav1.GetOptions{})
+	cms := cs.CoreV1().ConfigMaps(model.ClaimNamespace)
+	cur, err := cms.Get(ctx, model.ClaimName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
@@ -503,7 +441,7 @@ func (p *Provider) recordExisting(ctx context.Context, rec Record) error {
 		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
 	}
 	if err != nil {
-		return fmt.Errorf("cluster %q: writing %s/%s: %w", c.Name, ClaimNamespace, ClaimName, err)
+		return fmt.Errorf("cluster %q: writing %s/%s: %w", c.Name, model.ClaimNamespace, model.ClaimName, err)
 	}
 	raw, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
@@ -517,7 +455,7 @@ func (p *Provider) recordExisting(ctx context.Context, rec Record) error {
 
 // existingRecords reads the local records of env's existing clusters; env
 // "" reads every environment's.
-func (p *Provider) existingRecords(env string) ([]Record, error) {
+func (p *Provider) existingRecords(env string) ([]model.Record, error) {
 	if env == "" {
 		env = "*"
 	}
@@ -525,13 +463,13 @@ func (p *Provider) existingRecords(env string) ([]Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding existing-cluster records: %w", err)
 	}
-	var out []Record
+	var out []model.Record
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", f, err)
 		}
-		var r Record
+		var r model.Record
 		if err := json.Unmarshal(data, &r); err != nil {
 			return nil, fmt.Errorf("existing-cluster record %s is corrupt: %w", f, err)
 		}
@@ -541,7 +479,7 @@ func (p *Provider) existingRecords(env string) ([]Record, error) {
 }
 
 // forgetExisting removes meshctl's local files for an existing cluster.
-func (p *Provider) forgetExisting(env string, c ClusterPlan) error {
+func (p *Provider) forgetExisting(env string, c model.ClusterPlan) error {
 	for _, f := range []string{p.existingRecordPath(env, c.Name), p.KubeconfigPath(env, c.Name, false), p.KubeconfigPath(env, c.Name, true)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("cluster %q: removing %s: %w", c.Name, f, err)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
@@ -123,17 +124,17 @@ func (e *existingCluster) addNode(t *testing.T, name string, podCIDRs ...string)
 
 // plan makes a one-topology plan from entries, with the topology file in
 // the kubeconfig's directory so that relative paths are exercised.
-func (e *existingCluster) plan(t *testing.T, env, topology string) *Plan {
+func (e *existingCluster) plan(t *testing.T, env, topology string) *model.Plan {
 	t.Helper()
 	path := filepath.Join(e.dir, "topology.json")
 	if err := os.WriteFile(path, []byte(topology), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	specs, err := LoadTopology(path)
+	specs, err := model.LoadTopology(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPlan(Request{Env: env, Specs: specs, Registry: Registry{Enabled: true}})
+	p, err := model.NewPlan(model.Request{Env: env, Specs: specs, Registry: model.Registry{Enabled: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,12 +180,12 @@ func TestIntegrationExistingChecks(t *testing.T) {
 		if !slices.Equal(c.ServiceSubnets, []string{"10.0.0.0/24"}) || d.ServiceSubnetsInferred || !strings.Contains(d.ServiceSubnetsFrom, "ServiceCIDR") {
 			t.Errorf("service subnets %v from %q", c.ServiceSubnets, d.ServiceSubnetsFrom)
 		}
-		if c.IPFamily != Dual {
+		if c.IPFamily != model.Dual {
 			t.Errorf("family %q, want dual", c.IPFamily)
 		}
 		// Checking changes nothing.
-		if _, err := e.cs.CoreV1().Namespaces().Get(ctx, ClaimNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("a check created namespace %s: %v", ClaimNamespace, err)
+		if _, err := e.cs.CoreV1().Namespaces().Get(ctx, model.ClaimNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a check created namespace %s: %v", model.ClaimNamespace, err)
 		}
 	})
 
@@ -288,7 +289,7 @@ func TestInferServiceCIDR(t *testing.T) {
 		"fd00:10:96::1":     "fd00:10:96::/108",
 		"fd00:10:255:10::1": "fd00:10:255:10::/108",
 	} {
-		got := InferServiceCIDR(netip.MustParseAddr(ip))
+		got := model.InferServiceCIDR(netip.MustParseAddr(ip))
 		if got.String() != want {
 			t.Errorf("InferServiceCIDR(%s) = %s, want %s", ip, got, want)
 		}
@@ -343,15 +344,15 @@ func TestIntegrationUpMixedKindAndExisting(t *testing.T) {
 		t.Fatal(err)
 	}
 	viaCopy := kubernetes.NewForConfigOrDie(rc)
-	claim, err := viaCopy.CoreV1().ConfigMaps(ClaimNamespace).Get(ctx, ClaimName, metav1.GetOptions{})
-	if err != nil || claim.Data["env"] != "mix" || claim.Data["cluster"] != "ext" || claim.Labels[ManagedByLabel] != ManagedByValue {
+	claim, err := viaCopy.CoreV1().ConfigMaps(model.ClaimNamespace).Get(ctx, model.ClaimName, metav1.GetOptions{})
+	if err != nil || claim.Data["env"] != "mix" || claim.Data["cluster"] != "ext" || claim.Labels[model.ManagedByLabel] != model.ManagedByValue {
 		t.Fatalf("claim %+v: %v", claim, err)
 	}
 
 	// What a later step installs, labelled as meshctl's (the cacerts
 	// Secret), and a user Secret beside it that is not.
 	for _, s := range []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: "cacerts", Namespace: istioNamespace, Labels: map[string]string{ManagedByLabel: ManagedByValue}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "cacerts", Namespace: istioNamespace, Labels: map[string]string{model.ManagedByLabel: model.ManagedByValue}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "users-own", Namespace: istioNamespace}},
 	} {
 		_, _ = viaCopy.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: istioNamespace}}, metav1.CreateOptions{})
@@ -476,7 +477,7 @@ func TestIntegrationDownUninstallOnly(t *testing.T) {
 	e := newExistingCluster(t)
 	env := newEnv(t)
 	ctx := context.Background()
-	if _, err := env.p.Up(ctx, mustPlan(t, Request{Env: "keep", Clusters: 1})); err != nil {
+	if _, err := env.p.Up(ctx, mustPlan(t, model.Request{Env: "keep", Clusters: 1})); err != nil {
 		t.Fatal(err)
 	}
 	// kind's kubeconfig for it: its context named as kind names it.
@@ -491,7 +492,7 @@ func TestIntegrationDownUninstallOnly(t *testing.T) {
 	}
 	env.kind.kubeconfigs = map[string]string{"keep-cluster1": string(raw)}
 	for _, s := range []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: "ours", Namespace: "default", Labels: map[string]string{ManagedByLabel: ManagedByValue}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "ours", Namespace: "default", Labels: map[string]string{model.ManagedByLabel: model.ManagedByValue}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "theirs", Namespace: "default"}},
 	} {
 		if _, err := e.cs.CoreV1().Secrets("default").Create(ctx, s, metav1.CreateOptions{}); err != nil {

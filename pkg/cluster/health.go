@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // A cluster's state, as status reports it.
@@ -109,7 +110,7 @@ func (p *Provider) stoppedNodes(ctx context.Context, kindName string) ([]string,
 // readStoppedRecord reads meshctl's record from a control-plane container
 // that does not run: `docker cp` reads a stopped container's files, where
 // exec cannot. errNoRecord when it has none.
-func (p *Provider) readStoppedRecord(ctx context.Context, kindName string) (*Record, error) {
+func (p *Provider) readStoppedRecord(ctx context.Context, kindName string) (*model.Record, error) {
 	ns, err := p.kind.ListNodes(kindName)
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes of %s: %w", kindName, err)
@@ -133,7 +134,7 @@ func (p *Provider) readStoppedRecord(ctx context.Context, kindName string) (*Rec
 	if err != nil {
 		return nil, fmt.Errorf("reading meshctl record of stopped %s: %w", cp, err)
 	}
-	var r Record
+	var r model.Record
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("meshctl record on %s is corrupt: %w", cp, err)
 	}
@@ -149,7 +150,7 @@ const localRecordFile = "kind.json"
 
 // localRecord is a Record with the progress of its creation.
 type localRecord struct {
-	Record
+	model.Record
 	// InProgress: creation started and has not finished.
 	InProgress bool `json:"inProgress,omitempty"`
 }
@@ -158,7 +159,7 @@ func (p *Provider) localRecordPath(env, cluster string) string {
 	return filepath.Join(p.clusterDir(env, cluster), localRecordFile)
 }
 
-func (p *Provider) writeLocalRecord(r Record, inProgress bool) error {
+func (p *Provider) writeLocalRecord(r model.Record, inProgress bool) error {
 	data, err := json.MarshalIndent(localRecord{Record: r, InProgress: inProgress}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding record: %w", err)
@@ -206,7 +207,7 @@ func (p *Provider) startNodes(ctx context.Context, stopped []string) error {
 
 // waitReady waits until a cluster's API server answers with every node
 // Ready, up to wait.
-func (p *Provider) waitReady(ctx context.Context, c ClusterPlan, wait time.Duration) error {
+func (p *Provider) waitReady(ctx context.Context, c model.ClusterPlan, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
 		st := p.apiStatus(ctx, c)

@@ -10,6 +10,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshctl/meshctl/internal/fsutil"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // kubeconfig returns a cluster's kubeconfig with its cluster, user and
@@ -21,7 +22,7 @@ import (
 // An existing cluster's is the selected context of the user's kubeconfig,
 // flattened and renamed the same way; internal or not, its server is the
 // one the user gave (meshctl cannot know of another address).
-func (p *Provider) kubeconfig(c ClusterPlan, internal bool) ([]byte, error) {
+func (p *Provider) kubeconfig(c model.ClusterPlan, internal bool) ([]byte, error) {
 	if c.Existing {
 		cfg, err := existingKubeconfig(c)
 		if err != nil {
@@ -41,7 +42,7 @@ func (p *Provider) kubeconfig(c ClusterPlan, internal bool) ([]byte, error) {
 }
 
 // renameKubeconfig rewrites kind's kubeconfig for the mesh cluster.
-func (p *Provider) renameKubeconfig(c ClusterPlan, raw []byte, internal bool) ([]byte, error) {
+func (p *Provider) renameKubeconfig(c model.ClusterPlan, raw []byte, internal bool) ([]byte, error) {
 	cfg, err := clientcmd.Load(raw)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: parsing kind's kubeconfig: %w", c.Name, err)
@@ -74,7 +75,7 @@ func (p *Provider) renameKubeconfig(c ClusterPlan, raw []byte, internal bool) ([
 }
 
 // internalServer is the API server's address on the kind network.
-func (p *Provider) internalServer(c ClusterPlan) (string, error) {
+func (p *Provider) internalServer(c model.ClusterPlan) (string, error) {
 	ns, err := p.kind.ListNodes(c.KindName)
 	if err != nil {
 		return "", fmt.Errorf("cluster %q: listing nodes: %w", c.Name, err)
@@ -88,7 +89,7 @@ func (p *Provider) internalServer(c ClusterPlan) (string, error) {
 		return "", fmt.Errorf("cluster %q: address of %s: %w", c.Name, cp, err)
 	}
 	ip := v4
-	if c.IPFamily == IPv6 || ip == "" {
+	if c.IPFamily == model.IPv6 || ip == "" {
 		ip = v6
 	}
 	if ip == "" {
@@ -103,7 +104,7 @@ func (p *Provider) internalServer(c ClusterPlan) (string, error) {
 // DNS resolves it from every container on the network (pods included), and
 // kubeadm puts the node name and the control-plane endpoint in the API
 // server certificate, so it outlives a change of the node's address.
-func InternalAPIServer(c ClusterPlan) string {
+func InternalAPIServer(c model.ClusterPlan) string {
 	host := c.KindName + "-control-plane"
 	if c.ControlPlanes > 1 {
 		host = c.KindName + "-external-load-balancer"
@@ -120,7 +121,7 @@ func InternalAPIServer(c ClusterPlan) string {
 // mesh name as its current context, and a later change of the user's
 // current-context cannot redirect them to another cluster. The copy holds
 // the user's credentials, hence 0600, and down removes it; up refreshes it.
-func (p *Provider) exportKubeconfigs(plan *Plan, c ClusterPlan) error {
+func (p *Provider) exportKubeconfigs(plan *model.Plan, c model.ClusterPlan) error {
 	if c.Existing {
 		data, err := p.kubeconfig(c, false)
 		if err != nil {

@@ -5,14 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
-	"sort"
 	"strings"
-	"time"
 
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
 	"sigs.k8s.io/kind/pkg/exec"
+
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // recordPath is where meshctl keeps, on a cluster's control-plane node, the
@@ -20,27 +19,6 @@ import (
 // a local state file means `up`, `status` and `down` find the truth even when
 // the artifacts directory is gone (a fresh CI workspace, another shell).
 const recordPath = "/kind/meshctl/cluster.json"
-
-// Record is what meshctl writes on a cluster it created.
-type Record struct {
-	Env       string      `json:"env"`
-	Cluster   ClusterPlan `json:"cluster"`
-	Version   string      `json:"meshctlVersion"`
-	CreatedAt time.Time   `json:"createdAt"`
-	// Pools are the MetalLB address pools pkg/connect/gateway gave the
-	// cluster. They live in the record because every meshctl on the machine
-	// reads every kind cluster's record anyway (List): that is how an
-	// environment finds the blocks other environments hold on the shared
-	// docker network, without credentials for their clusters.
-	Pools *Pools `json:"loadBalancerPools,omitempty"`
-}
-
-// Pools are a kind cluster's load-balancer address pools, one CIDR per IP
-// family, carved from a docker network.
-type Pools struct {
-	DockerNetwork string   `json:"dockerNetwork"`
-	CIDRs         []string `json:"cidrs"`
-}
 
 // errNoRecord means the cluster exists but meshctl did not (finish to) create it.
 var errNoRecord = fmt.Errorf("no meshctl record")
@@ -56,7 +34,7 @@ func controlPlane(ns []nodes.Node) (nodes.Node, error) {
 	return cps[0], nil
 }
 
-func (p *Provider) readRecord(kindName string) (*Record, error) {
+func (p *Provider) readRecord(kindName string) (*model.Record, error) {
 	ns, err := p.kind.ListNodes(kindName)
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes of %s: %w", kindName, err)
@@ -76,14 +54,14 @@ func (p *Provider) readRecord(kindName string) (*Record, error) {
 	if strings.TrimSpace(out.String()) == "none" {
 		return nil, errNoRecord
 	}
-	var r Record
+	var r model.Record
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		return nil, fmt.Errorf("meshctl record on %s is corrupt: %w", cp, err)
 	}
 	return &r, nil
 }
 
-func (p *Provider) writeRecord(ns []nodes.Node, r Record) error {
+func (p *Provider) writeRecord(ns []nodes.Node, r model.Record) error {
 	cp, err := controlPlane(ns)
 	if err != nil {
 		return err
@@ -105,7 +83,7 @@ func (p *Provider) writeRecord(ns []nodes.Node, r Record) error {
 
 // SetPools records a kind cluster's load-balancer pools in meshctl's record
 // of it, keeping the rest of the record.
-func (p *Provider) SetPools(ctx context.Context, kindName string, pools *Pools) error {
+func (p *Provider) SetPools(ctx context.Context, kindName string, pools *model.Pools) error {
 	rec, err := p.readRecord(kindName)
 	if err != nil {
 		return fmt.Errorf("recording the load-balancer pools of kind cluster %s: %w", kindName, err)
@@ -119,35 +97,6 @@ func (p *Provider) SetPools(ctx context.Context, kindName string, pools *Pools) 
 		return fmt.Errorf("recording the load-balancer pools of kind cluster %s: %w", kindName, err)
 	}
 	return nil
-}
-
-// Diff lists how an existing cluster differs from what is planned for it,
-// one "field: have → want" line per difference.
-func Diff(have, want ClusterPlan) []string {
-	var d []string
-	field := func(name string, a, b any) {
-		if !reflect.DeepEqual(a, b) {
-			d = append(d, fmt.Sprintf("%s: %v → %v", name, show(a), show(b)))
-		}
-	}
-	field("network", have.Network, want.Network)
-	field("primaryClusterName", have.PrimaryClusterName, want.PrimaryClusterName)
-	field("configClusterName", have.ConfigClusterName, want.ConfigClusterName)
-	field("ipFamily", have.IPFamily, want.IPFamily)
-	field("podSubnets", have.PodSubnets, want.PodSubnets)
-	field("serviceSubnets", have.ServiceSubnets, want.ServiceSubnets)
-	field("controlPlanes", have.ControlPlanes, want.ControlPlanes)
-	field("workers", have.Workers, want.Workers)
-	field("image", have.Image, want.Image)
-	sort.Strings(d)
-	return d
-}
-
-func show(v any) string {
-	if s, ok := v.([]string); ok {
-		return strings.Join(s, ",")
-	}
-	return fmt.Sprint(v)
 }
 
 // runErr adds a failed command's output to its error: kind's RunError keeps

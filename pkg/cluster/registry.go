@@ -7,13 +7,14 @@ import (
 	"strings"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
 )
 
 // ensureRegistry starts the local registry container, or reuses it. It is
 // bound to localhost only: nothing outside this machine should push to it.
-func (p *Provider) ensureRegistry(ctx context.Context, r Registry) (string, error) {
+func (p *Provider) ensureRegistry(ctx context.Context, r model.Registry) (string, error) {
 	out, err := p.docker.Run(ctx, "inspect", "--format", "{{.State.Running}}", r.Name)
 	if err == nil {
 		if strings.TrimSpace(string(out)) == "true" {
@@ -37,7 +38,7 @@ func (p *Provider) ensureRegistry(ctx context.Context, r Registry) (string, erro
 // configureRegistry makes a cluster's nodes pull localhost:PORT/* from the
 // registry container over the kind network, and advertises it in the
 // local-registry-hosting ConfigMap (KEP-1755), as kind's guide does.
-func (p *Provider) configureRegistry(ctx context.Context, r Registry, c ClusterPlan) error {
+func (p *Provider) configureRegistry(ctx context.Context, r model.Registry, c model.ClusterPlan) error {
 	// Connecting twice fails with "already exists"; that is the state we want.
 	if _, err := p.docker.Run(ctx, "network", "connect", KindNetwork(), r.Name); err != nil && !strings.Contains(err.Error(), "already exists") {
 		return fmt.Errorf("connecting registry %s to network %s: %w", r.Name, KindNetwork(), err)
@@ -46,7 +47,7 @@ func (p *Provider) configureRegistry(ctx context.Context, r Registry, c ClusterP
 	if err != nil {
 		return fmt.Errorf("cluster %q: listing nodes: %w", c.Name, err)
 	}
-	dir := fmt.Sprintf("%s/localhost:%d", registryCertsDir, r.Port)
+	dir := fmt.Sprintf("%s/localhost:%d", model.RegistryCertsDir, r.Port)
 	hosts := fmt.Sprintf("[host.\"http://%s:5000\"]\n", r.Name)
 	err = parallel.ForEach(ns, func(n nodes.Node) error {
 		cmd := n.Command("sh", "-c", fmt.Sprintf("mkdir -p '%s' && cat > '%s/hosts.toml'", dir, dir))
@@ -71,7 +72,7 @@ func (p *Provider) configureRegistry(ctx context.Context, r Registry, c ClusterP
 	return nil
 }
 
-func registryConfigMap(r Registry) []byte {
+func registryConfigMap(r model.Registry) []byte {
 	return fmt.Appendf(nil, `apiVersion: v1
 kind: ConfigMap
 metadata:

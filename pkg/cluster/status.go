@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // StatusResult is an environment's state as `meshctl status` reports it.
@@ -30,13 +31,13 @@ const (
 
 // ClusterStatus is one cluster's plan and live state.
 type ClusterStatus struct {
-	ClusterPlan
+	model.ClusterPlan
 	// LoadBalancerPools are the MetalLB address pools meshctl gave a kind
 	// cluster (on environments of several networks), as recorded: where
 	// the east-west gateway's address, and those of any LoadBalancer
 	// Service a developer adds, come from. Unset when it has none.
-	LoadBalancerPools *Pools `json:"loadBalancerPools,omitempty"`
-	Ready             bool   `json:"ready"`
+	LoadBalancerPools *model.Pools `json:"loadBalancerPools,omitempty"`
+	Ready             bool         `json:"ready"`
 	// State is one of the State* constants.
 	State string `json:"state"`
 	// Problems say what is wrong when State is not StateRunning, and
@@ -102,14 +103,14 @@ func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusRes
 }
 
 // plan is the cluster's plan as recorded, complete or not.
-func (e Existing) plan() ClusterPlan {
+func (e Existing) plan() model.ClusterPlan {
 	if e.Incomplete != nil {
 		return e.Incomplete.Cluster
 	}
 	if e.Record != nil {
 		return e.Record.Cluster
 	}
-	return ClusterPlan{Name: e.KindName, KindName: e.KindName}
+	return model.ClusterPlan{Name: e.KindName, KindName: e.KindName}
 }
 
 func (p *Provider) clusterStatus(ctx context.Context, e Existing) ClusterStatus {
@@ -153,7 +154,7 @@ func (p *Provider) clusterStatus(ctx context.Context, e Existing) ClusterStatus 
 }
 
 // apiStatus reads a cluster's nodes from its API server.
-func (p *Provider) apiStatus(ctx context.Context, c ClusterPlan) ClusterStatus {
+func (p *Provider) apiStatus(ctx context.Context, c model.ClusterPlan) ClusterStatus {
 	st := ClusterStatus{ClusterPlan: c, Nodes: []NodeStatus{}}
 	var kc []byte
 	var err error

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
@@ -70,7 +71,7 @@ func uninstall(ctx context.Context, rc *rest.Config) ([]string, error) {
 		return 1
 	}
 	sort.SliceStable(types, func(i, j int) bool { return rank(types[i]) < rank(types[j]) })
-	selector := metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedByValue}
+	selector := metav1.ListOptions{LabelSelector: model.ManagedByLabel + "=" + model.ManagedByValue}
 	var deleted []string
 	for _, t := range types {
 		list, err := dyn.Resource(t.gvr).List(ctx, selector)

@@ -1,4 +1,4 @@
-package cluster
+package model
 
 import (
 	"fmt"
@@ -17,15 +17,15 @@ const (
 	LabelNetwork = "topology.istio.io/network"
 )
 
-// registryCertsDir is where containerd looks for per-registry hosts.toml
+// RegistryCertsDir is where containerd looks for per-registry hosts.toml
 // files once config_path points at it.
-const registryCertsDir = "/etc/containerd/certs.d"
+const RegistryCertsDir = "/etc/containerd/certs.d"
 
 // containerdRegistryPatch turns on containerd's per-host registry config
 // (hosts.toml), the mechanism kind's local-registry guide uses. It is in
 // containerd's config v2 syntax, which kind's node images use.
 const containerdRegistryPatch = `[plugins."io.containerd.grpc.v1.cri".registry]
-  config_path = "` + registryCertsDir + `"
+  config_path = "` + RegistryCertsDir + `"
 `
 
 // KindConfig renders the kind v1alpha4 config that creates this cluster.
