@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/existing"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/uninstall"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
@@ -363,7 +365,7 @@ func (p *Provider) uninstallFrom(ctx context.Context, env string, c model.Cluste
 	if err != nil {
 		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
 	}
-	kg := kubeclient.FromBytes(kc, "", kubeclient.WithTimeout(existingTimeout))
+	kg := kubeclient.FromBytes(kc, "", kubeclient.WithTimeout(existing.Timeout))
 	rc, err := kg.RESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
@@ -372,10 +374,10 @@ func (p *Provider) uninstallFrom(ctx context.Context, env string, c model.Cluste
 	if err != nil {
 		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
 	}
-	if err := checkClaim(ctx, cs, env, c.Name); err != nil {
+	if err := existing.CheckClaim(ctx, cs, env, c.Name); err != nil {
 		return nil, fmt.Errorf("not uninstalling from cluster %q: it %w", c.Name, err)
 	}
-	objs, err := uninstall(ctx, rc)
+	objs, err := uninstall.Labelled(ctx, rc)
 	if err != nil {
 		return objs, fmt.Errorf("uninstalling from cluster %q (%s): %w (rerun `meshctl down` when it answers)", c.Name, rc.Host, err)
 	}

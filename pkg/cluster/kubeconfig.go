@@ -10,6 +10,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshctl/meshctl/internal/fsutil"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/existing"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
@@ -24,7 +25,7 @@ import (
 // one the user gave (meshctl cannot know of another address).
 func (p *Provider) kubeconfig(c model.ClusterPlan, internal bool) ([]byte, error) {
 	if c.Existing {
-		cfg, err := existingKubeconfig(c)
+		cfg, err := existing.Kubeconfig(c)
 		if err != nil {
 			return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
 		}

@@ -1,11 +1,8 @@
-package cluster
+// Package kindprovider is kind's cluster provider, linked as a library, in
+// the shape pkg/cluster's Kind interface asks for.
+package kindprovider
 
 import (
-	"bytes"
-	"context"
-	"fmt"
-	"os/exec"
-	"strings"
 	"time"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
@@ -13,20 +10,21 @@ import (
 	"sigs.k8s.io/kind/pkg/log"
 )
 
-// kindProvider adapts kind's cluster.Provider, linked as a library.
-type kindProvider struct {
+// Provider adapts kind's cluster.Provider, linked as a library.
+type Provider struct {
 	*kindcluster.Provider
 	logger log.Logger
 }
 
-func newKindProvider(logger log.Logger) kindProvider {
+// New returns kind's Docker provider, logging through logger.
+func New(logger log.Logger) Provider {
 	// kind's own messages ("Deleted nodes: …") go one level down, shown
 	// with -v 1: meshctl's status lines already say what happens.
 	base := logger
 	if n, ok := logger.(namer); ok {
 		base = n.Named("kind", 1)
 	}
-	return kindProvider{Provider: newKind(base), logger: logger}
+	return Provider{Provider: newKind(base), logger: logger}
 }
 
 func newKind(logger log.Logger) *kindcluster.Provider {
@@ -43,7 +41,9 @@ type namer interface {
 	Named(name string, shift int) log.Logger
 }
 
-func (k kindProvider) Create(name string, cfg *v1alpha4.Cluster, kubeconfigPath string, wait time.Duration) error {
+// Create creates a cluster from cfg, waiting up to wait for it to be ready,
+// and leaves it in place on failure.
+func (k Provider) Create(name string, cfg *v1alpha4.Cluster, kubeconfigPath string, wait time.Duration) error {
 	// Several clusters are created at once: each gets a provider whose log
 	// lines carry the cluster's name, one level down (shown with -v 1) so
 	// that meshctl's own status lines stay readable.
@@ -61,21 +61,4 @@ func (k kindProvider) Create(name string, cfg *v1alpha4.Cluster, kubeconfigPath 
 		kindcluster.CreateWithDisplayUsage(false),
 		kindcluster.CreateWithDisplaySalutation(false),
 	)
-}
-
-// execDocker runs the docker CLI.
-type execDocker struct{}
-
-func (execDocker) Run(ctx context.Context, args ...string) ([]byte, error) {
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "docker", args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if msg == "" {
-			msg = strings.TrimSpace(stdout.String())
-		}
-		return stdout.Bytes(), fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, msg)
-	}
-	return stdout.Bytes(), nil
 }
