@@ -12,6 +12,8 @@ import (
 
 	"github.com/meshctl/meshctl/internal/parallel"
 	"github.com/meshctl/meshctl/pkg/cluster/internal/existing"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/kindprovider"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
 	"github.com/meshctl/meshctl/pkg/cluster/internal/uninstall"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
@@ -77,7 +79,7 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 	for i, n := range names {
 		out[i] = Existing{KindName: n}
 	}
-	local := map[string]localRecord{}
+	local := map[string]records.Local{}
 	if kindOK {
 		for _, r := range p.localRecords() {
 			local[r.Cluster.KindName] = r
@@ -112,9 +114,9 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 // read fills in meshctl's record of a kind cluster: from its control-plane
 // node, from the stopped container when it does not run, or — for a cluster
 // whose creation never finished — from meshctl's local record.
-func (e *Existing) read(ctx context.Context, p *Provider, local map[string]localRecord) {
+func (e *Existing) read(ctx context.Context, p *Provider, local map[string]records.Local) {
 	rec, err := p.readRecord(e.KindName)
-	if err != nil && !errors.Is(err, errNoRecord) {
+	if err != nil && !errors.Is(err, records.ErrNone) {
 		if stopped, serr := p.stoppedNodes(ctx, e.KindName); serr == nil && len(stopped) > 0 {
 			rec, err = p.readStoppedRecord(ctx, e.KindName)
 			if err == nil {
@@ -123,7 +125,7 @@ func (e *Existing) read(ctx context.Context, p *Provider, local map[string]local
 		}
 	}
 	switch {
-	case errors.Is(err, errNoRecord):
+	case errors.Is(err, records.ErrNone):
 		if l, ok := local[e.KindName]; ok && l.InProgress {
 			r := l.Record
 			e.Incomplete, e.State = &r, StateIncomplete
@@ -448,7 +450,7 @@ func (p *Provider) Exec(ctx context.Context, kindName, node string, stdin []byte
 		cmd := n.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.SetStdin(bytes.NewReader(stdin))
 		if err := cmd.Run(); err != nil {
-			return runErr(err)
+			return kindprovider.RunErr(err)
 		}
 		return nil
 	}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,18 +9,9 @@ import (
 
 	"github.com/meshctl/meshctl/internal/parallel"
 	"github.com/meshctl/meshctl/pkg/cluster/internal/existing"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
-
-// existingRecordFile is the local record of an existing cluster, in its
-// directory under the artifacts directory. A kind cluster's record lives on
-// its node, found by listing kind clusters; an existing cluster cannot be
-// found from the environment's name alone (nothing lists "every cluster
-// someone has a kubeconfig for"), so the record that points at it — the
-// kubeconfig path and context — has to be local. The in-cluster claim
-// (ClaimNamespace/ClaimName) complements it for what only the cluster can
-// tell: who else uses it.
-const existingRecordFile = "existing.json"
 
 // CheckExisting checks every existing cluster of plan — kubeconfig readable,
 // context present, API server reachable, credentials accepted and allowed
@@ -66,7 +56,7 @@ func (p *Provider) CheckExisting(ctx context.Context, plan *model.Plan) error {
 
 // existingRecordPath is the local record of an existing cluster.
 func (p *Provider) existingRecordPath(env, cluster string) string {
-	return filepath.Join(p.clusterDir(env, cluster), existingRecordFile)
+	return filepath.Join(p.clusterDir(env, cluster), records.ExistingFile)
 }
 
 // recordExisting writes the claim into an existing cluster (creating the
@@ -81,11 +71,7 @@ func (p *Provider) recordExisting(ctx context.Context, rec model.Record) error {
 	if err := existing.Claim(ctx, cs, rec); err != nil {
 		return fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
-	raw, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return fmt.Errorf("cluster %q: encoding record: %w", c.Name, err)
-	}
-	if err := writePrivate(p.existingRecordPath(rec.Env, c.Name), raw); err != nil {
+	if err := records.WriteExisting(p.existingRecordPath(rec.Env, c.Name), rec); err != nil {
 		return fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
 	return nil
@@ -97,23 +83,11 @@ func (p *Provider) existingRecords(env string) ([]model.Record, error) {
 	if env == "" {
 		env = "*"
 	}
-	files, err := filepath.Glob(filepath.Join(p.artifacts, env, "*", existingRecordFile))
+	files, err := filepath.Glob(filepath.Join(p.artifacts, env, "*", records.ExistingFile))
 	if err != nil {
 		return nil, fmt.Errorf("finding existing-cluster records: %w", err)
 	}
-	var out []model.Record
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", f, err)
-		}
-		var r model.Record
-		if err := json.Unmarshal(data, &r); err != nil {
-			return nil, fmt.Errorf("existing-cluster record %s is corrupt: %w", f, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return records.ReadExisting(files)
 }
 
 // forgetExisting removes meshctl's local files for an existing cluster.

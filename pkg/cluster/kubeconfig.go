@@ -3,14 +3,13 @@ package cluster
 import (
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/meshctl/meshctl/internal/fsutil"
 	"github.com/meshctl/meshctl/pkg/cluster/internal/existing"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/kindprovider"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
@@ -81,7 +80,7 @@ func (p *Provider) internalServer(c model.ClusterPlan) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("cluster %q: listing nodes: %w", c.Name, err)
 	}
-	cp, err := controlPlane(ns)
+	cp, err := kindprovider.ControlPlane(ns)
 	if err != nil {
 		return "", fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
@@ -129,7 +128,7 @@ func (p *Provider) exportKubeconfigs(plan *model.Plan, c model.ClusterPlan) erro
 			return err
 		}
 		for _, internal := range []bool{false, true} {
-			if err := writePrivate(p.KubeconfigPath(plan.Env, c.Name, internal), data); err != nil {
+			if err := records.WritePrivate(p.KubeconfigPath(plan.Env, c.Name, internal), data); err != nil {
 				return fmt.Errorf("cluster %q: %w", c.Name, err)
 			}
 		}
@@ -145,18 +144,9 @@ func (p *Provider) exportKubeconfigs(plan *model.Plan, c model.ClusterPlan) erro
 		if err != nil {
 			return err
 		}
-		if err := writePrivate(p.KubeconfigPath(plan.Env, c.Name, internal), data); err != nil {
+		if err := records.WritePrivate(p.KubeconfigPath(plan.Env, c.Name, internal), data); err != nil {
 			return fmt.Errorf("cluster %q: %w", c.Name, err)
 		}
 	}
 	return nil
-}
-
-// writePrivate writes a file with mode 0600 in a 0700 directory, atomically.
-func writePrivate(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
-	}
-	return fsutil.WriteFile(path, data, 0o600)
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/registry"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 
 	"github.com/meshctl/meshctl/internal/cli"
@@ -129,7 +131,7 @@ func (p *Provider) Up(ctx context.Context, plan *model.Plan, opts ...UpOption) (
 	// Only kind nodes pull from the local registry.
 	if plan.Registry.Enabled && len(kinds) > 0 {
 		status.Start(fmt.Sprintf("Starting registry %s on localhost:%d", plan.Registry.Name, plan.Registry.Port))
-		act, err := p.ensureRegistry(ctx, plan.Registry)
+		act, err := registry.Ensure(ctx, p.docker, plan.Registry)
 		if err != nil {
 			status.End(false)
 			return nil, err
@@ -208,7 +210,11 @@ func (p *Provider) Up(ctx context.Context, plan *model.Plan, opts ...UpOption) (
 			}
 		}
 		if plan.Registry.Enabled && actions[c.Name] != ActionReused && actions[c.Name] != ActionHealed {
-			return p.configureRegistry(ctx, plan.Registry, c)
+			ns, err := p.kind.ListNodes(c.KindName)
+			if err != nil {
+				return fmt.Errorf("cluster %q: listing nodes: %w", c.Name, err)
+			}
+			return registry.Configure(ctx, p.docker, KindNetwork(), plan.Registry, c, ns)
 		}
 		return nil
 	})
@@ -248,7 +254,7 @@ func (p *Provider) classify(ctx context.Context, plan *model.Plan, recreate bool
 	for _, n := range existing {
 		exists[n] = true
 	}
-	local := map[string]localRecord{}
+	local := map[string]records.Local{}
 	for _, r := range p.localRecords() {
 		local[r.Cluster.KindName] = r
 	}
@@ -279,7 +285,7 @@ func (p *Provider) classify(ctx context.Context, plan *model.Plan, recreate bool
 }
 
 // classifyOne decides one cluster's action; why says what up heals.
-func (p *Provider) classifyOne(ctx context.Context, plan *model.Plan, c model.ClusterPlan, exists, recreate bool, local map[string]localRecord) (action, why, conflict string, err error) {
+func (p *Provider) classifyOne(ctx context.Context, plan *model.Plan, c model.ClusterPlan, exists, recreate bool, local map[string]records.Local) (action, why, conflict string, err error) {
 	if c.Existing {
 		return ActionExisting, "", "", nil // checked by CheckExisting
 	}

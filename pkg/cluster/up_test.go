@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
@@ -86,7 +87,7 @@ func TestUpCreatesClustersInParallel(t *testing.T) {
 		}
 		// The record of the plan lives on the control-plane node.
 		var rec model.Record
-		raw, _ := fc.nodes[0].file(recordPath)
+		raw, _ := fc.nodes[0].file(records.NodePath)
 		if err := json.Unmarshal(raw, &rec); err != nil || rec.Env != "default" || len(model.Diff(rec.Cluster, plan.Clusters[i])) != 0 {
 			t.Errorf("%s: record %s (%v)", c.Name, raw, err)
 		}

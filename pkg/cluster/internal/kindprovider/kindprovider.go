@@ -3,10 +3,15 @@
 package kindprovider
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	kindcluster "sigs.k8s.io/kind/pkg/cluster"
+	"sigs.k8s.io/kind/pkg/cluster/nodes"
+	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
+	"sigs.k8s.io/kind/pkg/exec"
 	"sigs.k8s.io/kind/pkg/log"
 )
 
@@ -61,4 +66,25 @@ func (k Provider) Create(name string, cfg *v1alpha4.Cluster, kubeconfigPath stri
 		kindcluster.CreateWithDisplayUsage(false),
 		kindcluster.CreateWithDisplaySalutation(false),
 	)
+}
+
+// ControlPlane is a kind cluster's first control-plane node.
+func ControlPlane(ns []nodes.Node) (nodes.Node, error) {
+	cps, err := nodeutils.ControlPlaneNodes(ns)
+	if err != nil {
+		return nil, fmt.Errorf("finding control-plane node: %w", err)
+	}
+	if len(cps) == 0 {
+		return nil, fmt.Errorf("no control-plane node")
+	}
+	return cps[0], nil
+}
+
+// RunErr adds a failed command's output to its error: kind's RunError keeps
+// the output but does not print it.
+func RunErr(err error) error {
+	if re := exec.RunErrorForError(err); re != nil && len(re.Output) > 0 {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(re.Output)))
+	}
+	return err
 }
