@@ -19,10 +19,12 @@ import (
 	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
-// Existing is a kind cluster found on this machine, or an existing
-// (non-kind) cluster an environment uses, found through its local record:
-// then KindName is empty and Record.Cluster.Existing is set.
-type Existing struct {
+// Listed is one cluster List found: a kind cluster on this machine (with
+// meshctl's record of it, when it has one), or an existing (non-kind)
+// cluster an environment uses, found through its local record: then
+// KindName is empty and Record.Cluster.Existing is set. "Existing" is kept
+// for the second meaning alone: a cluster meshctl uses and did not create.
+type Listed struct {
 	KindName string `json:"kindName"`
 	// Record is meshctl's record of it; nil for clusters meshctl did not
 	// create (or did not finish creating).
@@ -41,7 +43,7 @@ type Existing struct {
 }
 
 // Env is the environment the cluster belongs to, or "" if none.
-func (e Existing) Env() string {
+func (e Listed) Env() string {
 	if e.Record == nil {
 		return ""
 	}
@@ -50,7 +52,7 @@ func (e Existing) Env() string {
 
 // List returns every kind cluster on this machine with meshctl's record of
 // it, sorted by environment and name.
-func (p *Provider) List(ctx context.Context) ([]Existing, error) {
+func (p *Provider) List(ctx context.Context) ([]Listed, error) {
 	recs, err := p.existingRecords("")
 	if err != nil {
 		return nil, err
@@ -75,9 +77,9 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 		})
 		names = nil
 	}
-	out := make([]Existing, len(names))
+	out := make([]Listed, len(names))
 	for i, n := range names {
-		out[i] = Existing{KindName: n}
+		out[i] = Listed{KindName: n}
 	}
 	local := map[string]records.Local{}
 	if kindOK {
@@ -97,10 +99,10 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 	// What meshctl recorded locally and kind no longer has: deleted
 	// behind meshctl's back, or killed before kind made a container.
 	for _, r := range local {
-		out = append(out, Existing{KindName: r.Cluster.KindName, Record: &r.Record, State: StateMissing})
+		out = append(out, Listed{KindName: r.Cluster.KindName, Record: &r.Record, State: StateMissing})
 	}
 	for _, r := range recs {
-		out = append(out, Existing{Record: &r})
+		out = append(out, Listed{Record: &r})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Env() != out[j].Env() {
@@ -114,7 +116,7 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 // read fills in meshctl's record of a kind cluster: from its control-plane
 // node, from the stopped container when it does not run, or — for a cluster
 // whose creation never finished — from meshctl's local record.
-func (e *Existing) read(ctx context.Context, p *Provider, local map[string]records.Local) {
+func (e *Listed) read(ctx context.Context, p *Provider, local map[string]records.Local) {
 	rec, err := p.readRecord(e.KindName)
 	if err != nil && !errors.Is(err, records.ErrNone) {
 		if stopped, serr := p.stoppedNodes(ctx, e.KindName); serr == nil && len(stopped) > 0 {
@@ -137,7 +139,7 @@ func (e *Existing) read(ctx context.Context, p *Provider, local map[string]recor
 	}
 }
 
-func (e Existing) sortName() string {
+func (e Listed) sortName() string {
 	if e.KindName == "" && e.Record != nil {
 		return e.Record.Cluster.Name
 	}
@@ -276,7 +278,7 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 	if err != nil {
 		return nil, err
 	}
-	var targets, existing, incomplete []model.ClusterPlan
+	var targets, existingCs, incomplete []model.ClusterPlan
 	extra := map[string]bool{}
 	for _, n := range o.extra {
 		extra[n] = true
@@ -284,7 +286,7 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 	for _, e := range all {
 		switch {
 		case e.Env() == env && e.Record.Cluster.Existing:
-			existing = append(existing, e.Record.Cluster)
+			existingCs = append(existingCs, e.Record.Cluster)
 		case e.Env() == env:
 			targets = append(targets, e.Record.Cluster)
 			delete(extra, e.KindName)
@@ -303,9 +305,9 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 			delete(extra, e.KindName)
 		}
 	}
-	keep := existing
+	keep := existingCs
 	if o.uninstallOnly {
-		keep, targets = append(targets, existing...), nil
+		keep, targets = append(targets, existingCs...), nil
 	}
 	targets = append(targets, incomplete...)
 	uninstalled := make([]Uninstalled, len(keep))
@@ -339,7 +341,7 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 			res.Registry = o.registry
 		}
 	}
-	if len(targets) == 0 && len(existing) > 0 {
+	if len(targets) == 0 && len(existingCs) > 0 {
 		return res, nil // no kind cluster was touched: leave Docker alone
 	}
 	left, err := p.kind.List()

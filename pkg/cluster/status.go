@@ -64,7 +64,7 @@ func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusRes
 	if err != nil {
 		return nil, err
 	}
-	var es []Existing
+	var es []Listed
 	for _, e := range all {
 		if e.Env() == env || (e.Incomplete != nil && e.Incomplete.Env == env) {
 			es = append(es, e)
@@ -103,7 +103,7 @@ func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusRes
 }
 
 // plan is the cluster's plan as recorded, complete or not.
-func (e Existing) plan() model.ClusterPlan {
+func (e Listed) plan() model.ClusterPlan {
 	if e.Incomplete != nil {
 		return e.Incomplete.Cluster
 	}
@@ -113,7 +113,7 @@ func (e Existing) plan() model.ClusterPlan {
 	return model.ClusterPlan{Name: e.KindName, KindName: e.KindName}
 }
 
-func (p *Provider) clusterStatus(ctx context.Context, e Existing) ClusterStatus {
+func (p *Provider) clusterStatus(ctx context.Context, e Listed) ClusterStatus {
 	c := e.plan()
 	fail := func(state, problem string) ClusterStatus {
 		return ClusterStatus{ClusterPlan: c, State: state, Problems: []string{problem}, Nodes: []NodeStatus{}, Error: problem}

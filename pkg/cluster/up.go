@@ -102,7 +102,7 @@ func (p *Provider) Up(ctx context.Context, plan *model.Plan, opts ...UpOption) (
 	defer unlock()
 	status := cli.NewStatus(p.logger)
 
-	kinds, existing := splitExisting(plan.Clusters)
+	kinds, existingCs := splitExisting(plan.Clusters)
 	if len(kinds) > 0 {
 		status.Start("Checking Docker")
 		if err := p.Preflight(ctx, plan); err != nil {
@@ -110,8 +110,8 @@ func (p *Provider) Up(ctx context.Context, plan *model.Plan, opts ...UpOption) (
 			return nil, err
 		}
 	}
-	if len(existing) > 0 {
-		status.Start("Checking existing clusters: " + meshNames(existing))
+	if len(existingCs) > 0 {
+		status.Start("Checking existing clusters: " + meshNames(existingCs))
 		if err := p.CheckExisting(ctx, plan); err != nil {
 			status.End(false)
 			return nil, err
@@ -240,18 +240,18 @@ func (p *Provider) Up(ctx context.Context, plan *model.Plan, opts ...UpOption) (
 }
 
 // classify decides, for each planned cluster, whether to create, reuse or
-// recreate it. It fails — before anything is changed — when an existing
-// cluster differs from the plan and recreate is off, or belongs to someone
-// else.
+// recreate it. It fails — before anything is changed — when a kind cluster
+// of the same name is already there and differs from the plan (and recreate
+// is off), or belongs to someone else.
 func (p *Provider) classify(ctx context.Context, plan *model.Plan, recreate bool) (actions map[string]string, healed map[string][]string, err error) {
-	var existing []string
+	var present []string // kind clusters on this machine
 	if kinds, _ := splitExisting(plan.Clusters); len(kinds) > 0 {
-		if existing, err = p.kind.List(); err != nil {
+		if present, err = p.kind.List(); err != nil {
 			return nil, nil, fmt.Errorf("listing kind clusters: %w", err)
 		}
 	}
 	exists := map[string]bool{}
-	for _, n := range existing {
+	for _, n := range present {
 		exists[n] = true
 	}
 	local := map[string]records.Local{}
@@ -292,7 +292,7 @@ func (p *Provider) classifyOne(ctx context.Context, plan *model.Plan, c model.Cl
 	if !exists {
 		return ActionCreated, "", "", nil
 	}
-	e := Existing{KindName: c.KindName}
+	e := Listed{KindName: c.KindName}
 	e.read(ctx, p, local)
 	switch {
 	case e.Incomplete != nil && e.Incomplete.Env == plan.Env && e.Incomplete.Cluster.Name == c.Name:

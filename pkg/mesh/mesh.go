@@ -56,7 +56,7 @@ type Provider interface {
 	KubeconfigPath(env, name string, internal bool) string
 	Status(ctx context.Context, env, registry string) (*cluster.StatusResult, error)
 	Exec(ctx context.Context, kindName, node string, stdin []byte, argv ...string) error
-	List(ctx context.Context) ([]cluster.Existing, error)
+	List(ctx context.Context) ([]cluster.Listed, error)
 	SetPools(ctx context.Context, kindName string, pools *model.Pools) error
 }
 

@@ -83,7 +83,7 @@ func (f *fakeProvider) Exec(_ context.Context, kindName, node string, _ []byte, 
 	return nil
 }
 
-func (f *fakeProvider) List(context.Context) ([]cluster.Existing, error) { return nil, nil }
+func (f *fakeProvider) List(context.Context) ([]cluster.Listed, error) { return nil, nil }
 
 func (f *fakeProvider) SetPools(context.Context, string, *model.Pools) error {
 	return errors.New("no clusters")

@@ -113,10 +113,10 @@ func (f *fakeProvider) Down(_ context.Context, env string, opts ...cluster.DownO
 
 // List reports the environment's clusters with their records, as
 // cluster.Provider does for every kind cluster on the machine.
-func (f *fakeProvider) List(context.Context) ([]cluster.Existing, error) {
+func (f *fakeProvider) List(context.Context) ([]cluster.Listed, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []cluster.Existing
+	var out []cluster.Listed
 	for _, c := range f.clusters {
 		rec := &model.Record{Env: f.env, Cluster: c, Pools: &model.Pools{}}
 		if p, ok := f.pools[c.KindName]; ok {
@@ -126,7 +126,7 @@ func (f *fakeProvider) List(context.Context) ([]cluster.Existing, error) {
 		if c.Existing {
 			kindName = ""
 		}
-		out = append(out, cluster.Existing{KindName: kindName, Record: rec})
+		out = append(out, cluster.Listed{KindName: kindName, Record: rec})
 	}
 	return out, nil
 }

@@ -29,8 +29,9 @@ type Pools struct {
 	CIDRs         []string `json:"cidrs"`
 }
 
-// Diff lists how an existing cluster differs from what is planned for it,
-// one "field: have → want" line per difference.
+// Diff lists how a kind cluster already there (have, from its record)
+// differs from what is planned for it, one "field: have → want" line per
+// difference.
 func Diff(have, want ClusterPlan) []string {
 	var d []string
 	field := func(name string, a, b any) {

@@ -159,7 +159,7 @@ func (i *Installer) warnMoves(plans []model.ClusterPlan, changed []int, had, poo
 }
 
 // previous is each kind cluster's record of pools, by kind name.
-func previous(all []cluster.Existing) map[string]*model.Pools {
+func previous(all []cluster.Listed) map[string]*model.Pools {
 	out := map[string]*model.Pools{}
 	for _, e := range all {
 		if e.Record != nil && e.KindName != "" {

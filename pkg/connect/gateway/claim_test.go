@@ -42,7 +42,7 @@ func (m *countingMachine) SetPools(ctx context.Context, kindName string, pools *
 // claimPools reads.
 type recordsOnly struct {
 	records interface {
-		List(context.Context) ([]cluster.Existing, error)
+		List(context.Context) ([]cluster.Listed, error)
 		SetPools(context.Context, string, *model.Pools) error
 	}
 }
@@ -53,7 +53,7 @@ func (r recordsOnly) Environment(context.Context, string) ([]model.ClusterPlan, 
 func (r recordsOnly) ClusterKubeconfig(context.Context, model.ClusterPlan, bool) ([]byte, error) {
 	return nil, fmt.Errorf("not here")
 }
-func (r recordsOnly) List(ctx context.Context) ([]cluster.Existing, error) {
+func (r recordsOnly) List(ctx context.Context) ([]cluster.Listed, error) {
 	return r.records.List(ctx)
 }
 func (r recordsOnly) SetPools(ctx context.Context, kindName string, p *model.Pools) error {

@@ -28,7 +28,7 @@ const DefaultTimeout = 5 * time.Minute
 type Source interface {
 	Environment(ctx context.Context, env string) ([]model.ClusterPlan, error)
 	ClusterKubeconfig(ctx context.Context, c model.ClusterPlan, internal bool) ([]byte, error)
-	List(ctx context.Context) ([]cluster.Existing, error)
+	List(ctx context.Context) ([]cluster.Listed, error)
 	SetPools(ctx context.Context, kindName string, pools *model.Pools) error
 }
 

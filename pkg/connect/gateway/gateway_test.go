@@ -61,13 +61,13 @@ func (m *machine) addRecords(env string, pools *model.Pools, plans ...model.Clus
 	}
 }
 
-func (m *machine) List(context.Context) ([]cluster.Existing, error) {
+func (m *machine) List(context.Context) ([]cluster.Listed, error) {
 	if m.pause != nil {
 		m.pause("list")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []cluster.Existing
+	var out []cluster.Listed
 	for name, r := range m.records {
 		if r.Pools != nil {
 			p := *r.Pools
@@ -76,7 +76,7 @@ func (m *machine) List(context.Context) ([]cluster.Existing, error) {
 		if r.Cluster.Existing {
 			name = ""
 		}
-		out = append(out, cluster.Existing{KindName: name, Record: &r})
+		out = append(out, cluster.Listed{KindName: name, Record: &r})
 	}
 	return out, nil
 }

@@ -252,7 +252,7 @@ func fullError(network string, sp space, env, clusterName string, taken []holder
 // it, whether or not it connected the environment: assuming so is
 // conservative, at worst a block stays unused. It also returns the kind
 // clusters whose record cannot be read.
-func holders(all []cluster.Existing, network string, subnets []netip.Prefix) (hs []holder, unreadable []string) {
+func holders(all []cluster.Listed, network string, subnets []netip.Prefix) (hs []holder, unreadable []string) {
 	envs := map[string][]model.Record{}
 	for _, e := range all {
 		switch {
