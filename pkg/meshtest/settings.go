@@ -185,7 +185,7 @@ func (fs flagSet) resolve(base config, getenv func(string) string) (config, erro
 	return c, nil
 }
 
-// request is the cluster.Request the settings describe.
+// request is the model.Request the settings describe.
 func (c config) request() (model.Request, error) {
 	req := model.Request{
 		Env:      c.Env,

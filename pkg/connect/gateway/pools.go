@@ -24,7 +24,7 @@ const DefaultPoolSize = 16
 //
 // Every kind cluster on the docker network shares it, whatever its
 // environment, so the blocks are allocated machine-wide: each cluster's
-// blocks are recorded in meshctl's record of it (cluster.Record.Pools), and
+// blocks are recorded in meshctl's record of it (model.Record.Pools), and
 // an environment gets blocks no other cluster holds.
 
 // holder is a kind cluster holding pools on the docker network.
