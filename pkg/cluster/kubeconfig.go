@@ -98,20 +98,6 @@ func (p *Provider) internalServer(c model.ClusterPlan) (string, error) {
 	return "https://" + net.JoinHostPort(ip, "6443"), nil
 }
 
-// InternalAPIServer is a kind cluster's API server by container name on
-// the kind network, as kind's own internal kubeconfig names it: the
-// control-plane node, or kind's load balancer in front of several. Docker's
-// DNS resolves it from every container on the network (pods included), and
-// kubeadm puts the node name and the control-plane endpoint in the API
-// server certificate, so it outlives a change of the node's address.
-func InternalAPIServer(c model.ClusterPlan) string {
-	host := c.KindName + "-control-plane"
-	if c.ControlPlanes > 1 {
-		host = c.KindName + "-external-load-balancer"
-	}
-	return "https://" + net.JoinHostPort(host, "6443")
-}
-
 // exportKubeconfigs writes both kubeconfigs of a cluster, owner-only: they
 // hold the cluster-admin client key.
 //

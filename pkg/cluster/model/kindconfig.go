@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"net"
 	"strings"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
@@ -64,4 +65,18 @@ func (p *Plan) KindConfigYAML(c ClusterPlan) ([]byte, error) {
 		return nil, fmt.Errorf("rendering kind config for %s: %w", c.Name, err)
 	}
 	return out, nil
+}
+
+// InternalAPIServer is a kind cluster's API server by container name on
+// the kind network, as kind's own internal kubeconfig names it: the
+// control-plane node, or kind's load balancer in front of several. Docker's
+// DNS resolves it from every container on the network (pods included), and
+// kubeadm puts the node name and the control-plane endpoint in the API
+// server certificate, so it outlives a change of the node's address.
+func InternalAPIServer(c ClusterPlan) string {
+	host := c.KindName + "-control-plane"
+	if c.ControlPlanes > 1 {
+		host = c.KindName + "-external-load-balancer"
+	}
+	return "https://" + net.JoinHostPort(host, "6443")
 }

@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/kind/pkg/log"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
@@ -283,7 +282,7 @@ func (m *Manager) resolve(ctx context.Context, cs []model.ClusterPlan, sources, 
 		eps[i].server = icfg.Host
 		if m.byName && !plans[name].Existing && plans[name].KindName != "" {
 			eps[i].byIP = icfg.Host
-			eps[i].server = cluster.InternalAPIServer(plans[name])
+			eps[i].server = model.InternalAPIServer(plans[name])
 		}
 		return nil
 	})
