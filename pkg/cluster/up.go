@@ -210,11 +210,7 @@ func (p *Provider) Up(ctx context.Context, plan *model.Plan, opts ...UpOption) (
 			}
 		}
 		if plan.Registry.Enabled && actions[c.Name] != ActionReused && actions[c.Name] != ActionHealed {
-			ns, err := p.kind.ListNodes(c.KindName)
-			if err != nil {
-				return fmt.Errorf("cluster %q: listing nodes: %w", c.Name, err)
-			}
-			return registry.Configure(ctx, p.docker, KindNetwork(), plan.Registry, c, ns)
+			return registry.Configure(ctx, p.docker, KindNetwork(), plan.Registry, c, p.kind.ListNodes)
 		}
 		return nil
 	})

@@ -52,17 +52,22 @@ func Ensure(ctx context.Context, d Docker, r model.Registry) (string, error) {
 	return Created, nil
 }
 
-// Configure makes a kind cluster's nodes ns pull localhost:PORT/* from the
-// registry container over the docker network, and advertises it in the
-// local-registry-hosting ConfigMap (KEP-1755), as kind's guide does.
-func Configure(ctx context.Context, d Docker, network string, r model.Registry, c model.ClusterPlan, ns []nodes.Node) error {
+// Configure makes a kind cluster's nodes (listNodes lists them) pull
+// localhost:PORT/* from the registry container over the docker network,
+// and advertises it in the local-registry-hosting ConfigMap (KEP-1755), as
+// kind's guide does.
+func Configure(ctx context.Context, d Docker, network string, r model.Registry, c model.ClusterPlan, listNodes func(kindName string) ([]nodes.Node, error)) error {
 	// Connecting twice fails with "already exists"; that is the state we want.
 	if _, err := d.Run(ctx, "network", "connect", network, r.Name); err != nil && !strings.Contains(err.Error(), "already exists") {
 		return fmt.Errorf("connecting registry %s to network %s: %w", r.Name, network, err)
 	}
+	ns, err := listNodes(c.KindName)
+	if err != nil {
+		return fmt.Errorf("cluster %q: listing nodes: %w", c.Name, err)
+	}
 	dir := fmt.Sprintf("%s/localhost:%d", model.RegistryCertsDir, r.Port)
 	hosts := fmt.Sprintf("[host.\"http://%s:5000\"]\n", r.Name)
-	err := parallel.ForEach(ns, func(n nodes.Node) error {
+	err = parallel.ForEach(ns, func(n nodes.Node) error {
 		cmd := n.Command("sh", "-c", fmt.Sprintf("mkdir -p '%s' && cat > '%s/hosts.toml'", dir, dir))
 		cmd.SetStdin(strings.NewReader(hosts))
 		if err := cmd.Run(); err != nil {
