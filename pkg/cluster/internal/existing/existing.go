@@ -41,9 +41,9 @@ const Timeout = 20 * time.Second
 // istioNamespace is where meshctl installs into (the cacerts Secret).
 const istioNamespace = "istio-system"
 
-// existingAccess is what meshctl does in an existing cluster, checked with
+// access is what meshctl does in an existing cluster, checked with
 // SelfSubjectAccessReviews before anything is changed anywhere.
-var existingAccess = []authorizationv1.ResourceAttributes{
+var access = []authorizationv1.ResourceAttributes{
 	{Verb: "list", Resource: "nodes"},
 	{Verb: "get", Resource: "services", Namespace: "default"},
 	{Verb: "create", Resource: "namespaces"},
@@ -246,7 +246,7 @@ func Check(ctx context.Context, env string, c model.ClusterPlan) (model.ClusterP
 // does there, and names everything it may not.
 func checkAccess(ctx context.Context, cs kubernetes.Interface, c model.ClusterPlan) error {
 	var denied []string
-	for _, ra := range existingAccess {
+	for _, ra := range access {
 		ra := ra
 		r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &ra},
