@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
 	"github.com/meshctl/meshctl/pkg/install/meshca"
 	"github.com/meshctl/meshctl/pkg/install/values"
@@ -23,15 +23,15 @@ import (
 
 // oneCluster serves one testenv API server as an environment.
 type oneCluster struct {
-	plan       cluster.ClusterPlan
+	plan       model.ClusterPlan
 	kubeconfig []byte
 }
 
-func (o oneCluster) Environment(context.Context, string) ([]cluster.ClusterPlan, error) {
-	return []cluster.ClusterPlan{o.plan}, nil
+func (o oneCluster) Environment(context.Context, string) ([]model.ClusterPlan, error) {
+	return []model.ClusterPlan{o.plan}, nil
 }
 
-func (o oneCluster) ClusterKubeconfig(context.Context, cluster.ClusterPlan, bool) ([]byte, error) {
+func (o oneCluster) ClusterKubeconfig(context.Context, model.ClusterPlan, bool) ([]byte, error) {
 	return o.kubeconfig, nil
 }
 
@@ -55,7 +55,7 @@ func TestIstioChartsInstallAfterMeshctl(t *testing.T) {
 	defer cancel()
 
 	// What `meshctl up` puts into istio-system.
-	src := oneCluster{plan: cluster.ClusterPlan{Name: "cluster1", KindName: "cluster1", Network: "network-1", PrimaryClusterName: "cluster1", ConfigClusterName: "cluster1"}, kubeconfig: kc}
+	src := oneCluster{plan: model.ClusterPlan{Name: "cluster1", KindName: "cluster1", Network: "network-1", PrimaryClusterName: "cluster1", ConfigClusterName: "cluster1"}, kubeconfig: kc}
 	if _, err := remotesecret.New(src, remotesecret.WithTimeout(time.Minute)).Secret(ctx, "it", "cluster1"); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestIstioChartsInstallAfterMeshctl(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	plan, err := cluster.NewPlan(cluster.Request{Clusters: 1})
+	plan, err := model.NewPlan(model.Request{Clusters: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,24 +9,24 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/install/values"
 )
 
 const topologyDir = "../../testdata/topology"
 
-func shapePlan(t *testing.T, file string) *cluster.Plan {
+func shapePlan(t *testing.T, file string) *model.Plan {
 	t.Helper()
 	return loadPlan(t, filepath.Join(topologyDir, file))
 }
 
-func loadPlan(t *testing.T, path string) *cluster.Plan {
+func loadPlan(t *testing.T, path string) *model.Plan {
 	t.Helper()
-	specs, err := cluster.LoadTopology(path)
+	specs, err := model.LoadTopology(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := cluster.NewPlan(cluster.Request{Specs: specs})
+	p, err := model.NewPlan(model.Request{Specs: specs})
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
@@ -101,7 +101,7 @@ func TestIstiodChartPerRole(t *testing.T) {
 	}
 }
 
-func checkRole(t *testing.T, p *cluster.Plan, c cluster.ClusterPlan, role values.Role, objs map[string]object, primaryAddr string) {
+func checkRole(t *testing.T, p *model.Plan, c model.ClusterPlan, role values.Role, objs map[string]object, primaryAddr string) {
 	t.Helper()
 	name := fmt.Sprintf("%s (%s)", c.Name, role)
 	dep, hasDep := objs["Deployment istio-system/istiod"]
@@ -161,7 +161,7 @@ func checkRole(t *testing.T, p *cluster.Plan, c cluster.ClusterPlan, role values
 
 // checkMeshNetworks: the mesh config's meshNetworks lists every cluster as
 // a registry of its network.
-func checkMeshNetworks(t *testing.T, name string, p *cluster.Plan, objs map[string]object) {
+func checkMeshNetworks(t *testing.T, name string, p *model.Plan, objs map[string]object) {
 	t.Helper()
 	cm, ok := objs["ConfigMap istio-system/istio"]
 	if !ok {

@@ -21,6 +21,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
@@ -34,7 +35,7 @@ import (
 func TestFrameworkReadsMeshctlTopology(t *testing.T) {
 	dir := t.TempDir()
 	const env = "fw"
-	plan, err := cluster.NewPlan(cluster.Request{Env: env, Specs: []cluster.Spec{
+	plan, err := model.NewPlan(model.Request{Env: env, Specs: []model.Spec{
 		{Name: "cfg", Network: "net-a", PrimaryClusterName: "cp", ConfigClusterName: "cfg"},
 		{Name: "far", Network: "net-b", PrimaryClusterName: "cp", ConfigClusterName: "cfg"},
 		{Name: "cp", Network: "net-a", ConfigClusterName: "cfg"},

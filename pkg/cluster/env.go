@@ -11,17 +11,24 @@ import (
 	"strings"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/existing"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/kindprovider"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/uninstall"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
-// Existing is a kind cluster found on this machine, or an existing
-// (non-kind) cluster an environment uses, found through its local record:
-// then KindName is empty and Record.Cluster.Existing is set.
-type Existing struct {
+// Listed is one cluster List found: a kind cluster on this machine (with
+// meshctl's record of it, when it has one), or an existing (non-kind)
+// cluster an environment uses, found through its local record: then
+// KindName is empty and Record.Cluster.Existing is set. "Existing" is kept
+// for the second meaning alone: a cluster meshctl uses and did not create.
+type Listed struct {
 	KindName string `json:"kindName"`
 	// Record is meshctl's record of it; nil for clusters meshctl did not
 	// create (or did not finish creating).
-	Record *Record `json:"record,omitempty"`
+	Record *model.Record `json:"record,omitempty"`
 	// Error is why the record could not be read.
 	Error string `json:"error,omitempty"`
 	// State is StateStopped (its control-plane container does not run:
@@ -32,11 +39,11 @@ type Existing struct {
 	// Incomplete is the plan of a kind cluster whose creation meshctl
 	// began and never finished (the run was killed): it has no record on
 	// its node, only meshctl's local one.
-	Incomplete *Record `json:"incomplete,omitempty"`
+	Incomplete *model.Record `json:"incomplete,omitempty"`
 }
 
 // Env is the environment the cluster belongs to, or "" if none.
-func (e Existing) Env() string {
+func (e Listed) Env() string {
 	if e.Record == nil {
 		return ""
 	}
@@ -45,7 +52,7 @@ func (e Existing) Env() string {
 
 // List returns every kind cluster on this machine with meshctl's record of
 // it, sorted by environment and name.
-func (p *Provider) List(ctx context.Context) ([]Existing, error) {
+func (p *Provider) List(ctx context.Context) ([]Listed, error) {
 	recs, err := p.existingRecords("")
 	if err != nil {
 		return nil, err
@@ -70,11 +77,11 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 		})
 		names = nil
 	}
-	out := make([]Existing, len(names))
+	out := make([]Listed, len(names))
 	for i, n := range names {
-		out[i] = Existing{KindName: n}
+		out[i] = Listed{KindName: n}
 	}
-	local := map[string]localRecord{}
+	local := map[string]records.Local{}
 	if kindOK {
 		for _, r := range p.localRecords() {
 			local[r.Cluster.KindName] = r
@@ -92,10 +99,10 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 	// What meshctl recorded locally and kind no longer has: deleted
 	// behind meshctl's back, or killed before kind made a container.
 	for _, r := range local {
-		out = append(out, Existing{KindName: r.Cluster.KindName, Record: &r.Record, State: StateMissing})
+		out = append(out, Listed{KindName: r.Cluster.KindName, Record: &r.Record, State: StateMissing})
 	}
 	for _, r := range recs {
-		out = append(out, Existing{Record: &r})
+		out = append(out, Listed{Record: &r})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Env() != out[j].Env() {
@@ -109,9 +116,9 @@ func (p *Provider) List(ctx context.Context) ([]Existing, error) {
 // read fills in meshctl's record of a kind cluster: from its control-plane
 // node, from the stopped container when it does not run, or — for a cluster
 // whose creation never finished — from meshctl's local record.
-func (e *Existing) read(ctx context.Context, p *Provider, local map[string]localRecord) {
+func (e *Listed) read(ctx context.Context, p *Provider, local map[string]records.Local) {
 	rec, err := p.readRecord(e.KindName)
-	if err != nil && !errors.Is(err, errNoRecord) {
+	if err != nil && !errors.Is(err, records.ErrNone) {
 		if stopped, serr := p.stoppedNodes(ctx, e.KindName); serr == nil && len(stopped) > 0 {
 			rec, err = p.readStoppedRecord(ctx, e.KindName)
 			if err == nil {
@@ -120,7 +127,7 @@ func (e *Existing) read(ctx context.Context, p *Provider, local map[string]local
 		}
 	}
 	switch {
-	case errors.Is(err, errNoRecord):
+	case errors.Is(err, records.ErrNone):
 		if l, ok := local[e.KindName]; ok && l.InProgress {
 			r := l.Record
 			e.Incomplete, e.State = &r, StateIncomplete
@@ -132,7 +139,7 @@ func (e *Existing) read(ctx context.Context, p *Provider, local map[string]local
 	}
 }
 
-func (e Existing) sortName() string {
+func (e Listed) sortName() string {
 	if e.KindName == "" && e.Record != nil {
 		return e.Record.Cluster.Name
 	}
@@ -140,12 +147,12 @@ func (e Existing) sortName() string {
 }
 
 // Environment returns the plans of the clusters of env, in mesh-name order.
-func (p *Provider) Environment(ctx context.Context, env string) ([]ClusterPlan, error) {
+func (p *Provider) Environment(ctx context.Context, env string) ([]model.ClusterPlan, error) {
 	recs, err := p.records(ctx, env)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ClusterPlan, len(recs))
+	out := make([]model.ClusterPlan, len(recs))
 	for i, r := range recs {
 		out[i] = r.Cluster
 	}
@@ -155,12 +162,12 @@ func (p *Provider) Environment(ctx context.Context, env string) ([]ClusterPlan, 
 // records returns meshctl's records of the clusters of env, in mesh-name
 // order: Environment's plans, with what meshctl learned of each cluster
 // since (its load-balancer pools).
-func (p *Provider) records(ctx context.Context, env string) ([]Record, error) {
+func (p *Provider) records(ctx context.Context, env string) ([]model.Record, error) {
 	all, err := p.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []Record
+	var out []model.Record
 	for _, e := range all {
 		if e.Env() == env {
 			out = append(out, *e.Record)
@@ -171,10 +178,10 @@ func (p *Provider) records(ctx context.Context, env string) ([]Record, error) {
 }
 
 // Find returns the cluster of env with the given mesh or kind name.
-func (p *Provider) Find(ctx context.Context, env, name string) (ClusterPlan, error) {
+func (p *Provider) Find(ctx context.Context, env, name string) (model.ClusterPlan, error) {
 	cs, err := p.Environment(ctx, env)
 	if err != nil {
-		return ClusterPlan{}, err
+		return model.ClusterPlan{}, err
 	}
 	var names []string
 	for _, c := range cs {
@@ -184,9 +191,9 @@ func (p *Provider) Find(ctx context.Context, env, name string) (ClusterPlan, err
 		names = append(names, c.Name)
 	}
 	if len(names) == 0 {
-		return ClusterPlan{}, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
+		return model.ClusterPlan{}, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
 	}
-	return ClusterPlan{}, fmt.Errorf("no cluster %q in environment %q (it has %s)", name, env, strings.Join(names, ", "))
+	return model.ClusterPlan{}, fmt.Errorf("no cluster %q in environment %q (it has %s)", name, env, strings.Join(names, ", "))
 }
 
 // Kubeconfig returns a cluster's kubeconfig, read from the cluster itself.
@@ -202,7 +209,7 @@ func (p *Provider) Kubeconfig(ctx context.Context, env, name string, internal bo
 // (from Environment): finding a cluster by name lists every cluster on the
 // machine and reads each one's record, so a step that needs every
 // cluster's kubeconfig would do that once per cluster.
-func (p *Provider) ClusterKubeconfig(_ context.Context, c ClusterPlan, internal bool) ([]byte, error) {
+func (p *Provider) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, internal bool) ([]byte, error) {
 	return p.kubeconfig(c, internal)
 }
 
@@ -271,7 +278,7 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 	if err != nil {
 		return nil, err
 	}
-	var targets, existing, incomplete []ClusterPlan
+	var targets, existingCs, incomplete []model.ClusterPlan
 	extra := map[string]bool{}
 	for _, n := range o.extra {
 		extra[n] = true
@@ -279,7 +286,7 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 	for _, e := range all {
 		switch {
 		case e.Env() == env && e.Record.Cluster.Existing:
-			existing = append(existing, e.Record.Cluster)
+			existingCs = append(existingCs, e.Record.Cluster)
 		case e.Env() == env:
 			targets = append(targets, e.Record.Cluster)
 			delete(extra, e.KindName)
@@ -294,13 +301,13 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 			if e.Record != nil && e.Record.Env != env {
 				return nil, fmt.Errorf("kind cluster %s belongs to environment %q, not %q", e.KindName, e.Record.Env, env)
 			}
-			targets = append(targets, ClusterPlan{Name: e.KindName, KindName: e.KindName})
+			targets = append(targets, model.ClusterPlan{Name: e.KindName, KindName: e.KindName})
 			delete(extra, e.KindName)
 		}
 	}
-	keep := existing
+	keep := existingCs
 	if o.uninstallOnly {
-		keep, targets = append(targets, existing...), nil
+		keep, targets = append(targets, existingCs...), nil
 	}
 	targets = append(targets, incomplete...)
 	uninstalled := make([]Uninstalled, len(keep))
@@ -334,7 +341,7 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 			res.Registry = o.registry
 		}
 	}
-	if len(targets) == 0 && len(existing) > 0 {
+	if len(targets) == 0 && len(existingCs) > 0 {
 		return res, nil // no kind cluster was touched: leave Docker alone
 	}
 	left, err := p.kind.List()
@@ -357,12 +364,12 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 // existing cluster, meshctl's local files for it go too, since the
 // environment no longer uses it. A cluster another environment has claimed
 // since is left alone.
-func (p *Provider) uninstallFrom(ctx context.Context, env string, c ClusterPlan) ([]string, error) {
+func (p *Provider) uninstallFrom(ctx context.Context, env string, c model.ClusterPlan) ([]string, error) {
 	kc, err := p.kubeconfig(c, false)
 	if err != nil {
 		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
 	}
-	kg := kubeclient.FromBytes(kc, "", kubeclient.WithTimeout(existingTimeout))
+	kg := kubeclient.FromBytes(kc, "", kubeclient.WithTimeout(existing.Timeout))
 	rc, err := kg.RESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
@@ -371,10 +378,10 @@ func (p *Provider) uninstallFrom(ctx context.Context, env string, c ClusterPlan)
 	if err != nil {
 		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
 	}
-	if err := checkClaim(ctx, cs, env, c.Name); err != nil {
+	if err := existing.CheckClaim(ctx, cs, env, c.Name); err != nil {
 		return nil, fmt.Errorf("not uninstalling from cluster %q: it %w", c.Name, err)
 	}
-	objs, err := uninstall(ctx, rc)
+	objs, err := uninstall.Labelled(ctx, rc)
 	if err != nil {
 		return objs, fmt.Errorf("uninstalling from cluster %q (%s): %w (rerun `meshctl down` when it answers)", c.Name, rc.Host, err)
 	}
@@ -391,8 +398,8 @@ func (p *Provider) uninstallFrom(ctx context.Context, env string, c ClusterPlan)
 }
 
 // deleteClusters deletes clusters concurrently and removes their kubeconfigs.
-func (p *Provider) deleteClusters(env string, cs []ClusterPlan) error {
-	return parallel.ForEach(cs, func(c ClusterPlan) error {
+func (p *Provider) deleteClusters(env string, cs []model.ClusterPlan) error {
+	return parallel.ForEach(cs, func(c model.ClusterPlan) error {
 		kc := p.KubeconfigPath(env, c.Name, false)
 		if err := p.kind.Delete(c.KindName, kc); err != nil {
 			return fmt.Errorf("deleting cluster %q (kind cluster %s): %w", c.Name, c.KindName, err)
@@ -445,7 +452,7 @@ func (p *Provider) Exec(ctx context.Context, kindName, node string, stdin []byte
 		cmd := n.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.SetStdin(bytes.NewReader(stdin))
 		if err := cmd.Run(); err != nil {
-			return runErr(err)
+			return kindprovider.RunErr(err)
 		}
 		return nil
 	}

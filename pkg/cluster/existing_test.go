@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
@@ -123,17 +123,17 @@ func (e *existingCluster) addNode(t *testing.T, name string, podCIDRs ...string)
 
 // plan makes a one-topology plan from entries, with the topology file in
 // the kubeconfig's directory so that relative paths are exercised.
-func (e *existingCluster) plan(t *testing.T, env, topology string) *Plan {
+func (e *existingCluster) plan(t *testing.T, env, topology string) *model.Plan {
 	t.Helper()
 	path := filepath.Join(e.dir, "topology.json")
 	if err := os.WriteFile(path, []byte(topology), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	specs, err := LoadTopology(path)
+	specs, err := model.LoadTopology(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPlan(Request{Env: env, Specs: specs, Registry: Registry{Enabled: true}})
+	p, err := model.NewPlan(model.Request{Env: env, Specs: specs, Registry: model.Registry{Enabled: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,12 +179,12 @@ func TestIntegrationExistingChecks(t *testing.T) {
 		if !slices.Equal(c.ServiceSubnets, []string{"10.0.0.0/24"}) || d.ServiceSubnetsInferred || !strings.Contains(d.ServiceSubnetsFrom, "ServiceCIDR") {
 			t.Errorf("service subnets %v from %q", c.ServiceSubnets, d.ServiceSubnetsFrom)
 		}
-		if c.IPFamily != Dual {
+		if c.IPFamily != model.Dual {
 			t.Errorf("family %q, want dual", c.IPFamily)
 		}
 		// Checking changes nothing.
-		if _, err := e.cs.CoreV1().Namespaces().Get(ctx, ClaimNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("a check created namespace %s: %v", ClaimNamespace, err)
+		if _, err := e.cs.CoreV1().Namespaces().Get(ctx, model.ClaimNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a check created namespace %s: %v", model.ClaimNamespace, err)
 		}
 	})
 
@@ -278,26 +278,6 @@ func TestIntegrationExistingChecks(t *testing.T) {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-func TestInferServiceCIDR(t *testing.T) {
-	t.Parallel()
-	for ip, want := range map[string]string{
-		"10.96.0.1":         "10.96.0.0/12", // kubeadm's default range, exactly
-		"10.0.0.1":          "10.0.0.0/12",  // an upper bound of testenv's /24
-		"10.255.10.1":       "10.255.10.0/23",
-		"172.20.0.1":        "172.20.0.0/14",
-		"fd00:10:96::1":     "fd00:10:96::/108",
-		"fd00:10:255:10::1": "fd00:10:255:10::/108",
-	} {
-		got := InferServiceCIDR(netip.MustParseAddr(ip))
-		if got.String() != want {
-			t.Errorf("InferServiceCIDR(%s) = %s, want %s", ip, got, want)
-		}
-		if !got.Contains(netip.MustParseAddr(ip)) || got.Masked() != got {
-			t.Errorf("InferServiceCIDR(%s) = %s does not hold it", ip, got)
-		}
-	}
-}
-
 // TestIntegrationUpMixedKindAndExisting runs Up on a fake kind cluster and a
 // real API server standing in for an existing cluster: both end up in the
 // environment, the existing one untouched but for meshctl's claim, and down
@@ -343,19 +323,19 @@ func TestIntegrationUpMixedKindAndExisting(t *testing.T) {
 		t.Fatal(err)
 	}
 	viaCopy := kubernetes.NewForConfigOrDie(rc)
-	claim, err := viaCopy.CoreV1().ConfigMaps(ClaimNamespace).Get(ctx, ClaimName, metav1.GetOptions{})
-	if err != nil || claim.Data["env"] != "mix" || claim.Data["cluster"] != "ext" || claim.Labels[ManagedByLabel] != ManagedByValue {
+	claim, err := viaCopy.CoreV1().ConfigMaps(model.ClaimNamespace).Get(ctx, model.ClaimName, metav1.GetOptions{})
+	if err != nil || claim.Data["env"] != "mix" || claim.Data["cluster"] != "ext" || claim.Labels[model.ManagedByLabel] != model.ManagedByValue {
 		t.Fatalf("claim %+v: %v", claim, err)
 	}
 
 	// What a later step installs, labelled as meshctl's (the cacerts
 	// Secret), and a user Secret beside it that is not.
 	for _, s := range []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: "cacerts", Namespace: istioNamespace, Labels: map[string]string{ManagedByLabel: ManagedByValue}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "users-own", Namespace: istioNamespace}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "cacerts", Namespace: "istio-system", Labels: map[string]string{model.ManagedByLabel: model.ManagedByValue}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "users-own", Namespace: "istio-system"}},
 	} {
-		_, _ = viaCopy.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: istioNamespace}}, metav1.CreateOptions{})
-		if _, err := viaCopy.CoreV1().Secrets(istioNamespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		_, _ = viaCopy.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "istio-system"}}, metav1.CreateOptions{})
+		if _, err := viaCopy.CoreV1().Secrets("istio-system").Create(ctx, s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -418,10 +398,10 @@ func TestIntegrationUpMixedKindAndExisting(t *testing.T) {
 	if _, err := e.cs.CoreV1().ConfigMaps("default").Get(ctx, "user-data", metav1.GetOptions{}); err != nil {
 		t.Errorf("user ConfigMap: %v", err)
 	}
-	if _, err := e.cs.CoreV1().Secrets(istioNamespace).Get(ctx, "users-own", metav1.GetOptions{}); err != nil {
+	if _, err := e.cs.CoreV1().Secrets("istio-system").Get(ctx, "users-own", metav1.GetOptions{}); err != nil {
 		t.Errorf("user Secret: %v", err)
 	}
-	if _, err := e.cs.CoreV1().Secrets(istioNamespace).Get(ctx, "cacerts", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := e.cs.CoreV1().Secrets("istio-system").Get(ctx, "cacerts", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("cacerts survived down: %v", err)
 	}
 	if _, err := e.cs.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); err != nil {
@@ -476,7 +456,7 @@ func TestIntegrationDownUninstallOnly(t *testing.T) {
 	e := newExistingCluster(t)
 	env := newEnv(t)
 	ctx := context.Background()
-	if _, err := env.p.Up(ctx, mustPlan(t, Request{Env: "keep", Clusters: 1})); err != nil {
+	if _, err := env.p.Up(ctx, mustPlan(t, model.Request{Env: "keep", Clusters: 1})); err != nil {
 		t.Fatal(err)
 	}
 	// kind's kubeconfig for it: its context named as kind names it.
@@ -491,7 +471,7 @@ func TestIntegrationDownUninstallOnly(t *testing.T) {
 	}
 	env.kind.kubeconfigs = map[string]string{"keep-cluster1": string(raw)}
 	for _, s := range []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: "ours", Namespace: "default", Labels: map[string]string{ManagedByLabel: ManagedByValue}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "ours", Namespace: "default", Labels: map[string]string{model.ManagedByLabel: model.ManagedByValue}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "theirs", Namespace: "default"}},
 	} {
 		if _, err := e.cs.CoreV1().Secrets("default").Create(ctx, s, metav1.CreateOptions{}); err != nil {
@@ -513,17 +493,5 @@ func TestIntegrationDownUninstallOnly(t *testing.T) {
 	}
 	if cs, err := env.p.Environment(ctx, "keep"); err != nil || len(cs) != 1 {
 		t.Errorf("the kind cluster left the environment: %v %v", cs, err)
-	}
-}
-
-func TestLoopback(t *testing.T) {
-	t.Parallel()
-	for server, want := range map[string]bool{
-		"https://127.0.0.1:6443": true, "https://[::1]:6443": true, "https://localhost:6443": true,
-		"https://172.18.0.2:6443": false, "https://api.example.com": false, "::not a url": false,
-	} {
-		if got := loopback(server); got != want {
-			t.Errorf("loopback(%q) = %v, want %v", server, got, want)
-		}
 	}
 }

@@ -1,13 +1,9 @@
 package cluster
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,6 +11,9 @@ import (
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/kindprovider"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // A cluster's state, as status reports it.
@@ -107,88 +106,32 @@ func (p *Provider) stoppedNodes(ctx context.Context, kindName string) ([]string,
 }
 
 // readStoppedRecord reads meshctl's record from a control-plane container
-// that does not run: `docker cp` reads a stopped container's files, where
-// exec cannot. errNoRecord when it has none.
-func (p *Provider) readStoppedRecord(ctx context.Context, kindName string) (*Record, error) {
+// that does not run. records.ErrNone when it has none.
+func (p *Provider) readStoppedRecord(ctx context.Context, kindName string) (*model.Record, error) {
 	ns, err := p.kind.ListNodes(kindName)
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes of %s: %w", kindName, err)
 	}
-	cp, err := controlPlane(ns)
+	cp, err := kindprovider.ControlPlane(ns)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", kindName, err)
 	}
-	out, err := p.docker.Run(ctx, "cp", cp.String()+":"+recordPath, "-")
-	if err != nil {
-		if strings.Contains(err.Error(), "Could not find the file") || strings.Contains(err.Error(), "No such") {
-			return nil, errNoRecord
-		}
-		return nil, fmt.Errorf("reading meshctl record of stopped %s: %w", cp, err)
-	}
-	tr := tar.NewReader(bytes.NewReader(out))
-	if _, err := tr.Next(); err != nil {
-		return nil, fmt.Errorf("reading meshctl record of stopped %s: %w", cp, err)
-	}
-	data, err := io.ReadAll(tr)
-	if err != nil {
-		return nil, fmt.Errorf("reading meshctl record of stopped %s: %w", cp, err)
-	}
-	var r Record
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("meshctl record on %s is corrupt: %w", cp, err)
-	}
-	return &r, nil
-}
-
-// localRecordFile is meshctl's local copy of a kind cluster's record, in
-// the cluster's artifacts directory. Written with InProgress before kind
-// starts creating the cluster, and again when the record is on the node,
-// it tells a cluster whose creation was killed from a foreign kind cluster,
-// and a cluster deleted behind meshctl's back from one never planned.
-const localRecordFile = "kind.json"
-
-// localRecord is a Record with the progress of its creation.
-type localRecord struct {
-	Record
-	// InProgress: creation started and has not finished.
-	InProgress bool `json:"inProgress,omitempty"`
+	return records.ReadStopped(ctx, p.docker, cp)
 }
 
 func (p *Provider) localRecordPath(env, cluster string) string {
-	return filepath.Join(p.clusterDir(env, cluster), localRecordFile)
+	return filepath.Join(p.clusterDir(env, cluster), records.LocalFile)
 }
 
-func (p *Provider) writeLocalRecord(r Record, inProgress bool) error {
-	data, err := json.MarshalIndent(localRecord{Record: r, InProgress: inProgress}, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding record: %w", err)
-	}
-	if err := writePrivate(p.localRecordPath(r.Env, r.Cluster.Name), data); err != nil {
-		return fmt.Errorf("cluster %q: %w", r.Cluster.Name, err)
-	}
-	return nil
+func (p *Provider) writeLocalRecord(r model.Record, inProgress bool) error {
+	return records.WriteLocal(p.localRecordPath(r.Env, r.Cluster.Name), r, inProgress)
 }
 
 // localRecords reads every local record of kind clusters, of every
-// environment. A corrupt one is skipped with a warning: it only adds to what
-// the nodes say.
-func (p *Provider) localRecords() []localRecord {
-	files, _ := filepath.Glob(filepath.Join(p.artifacts, "*", "*", localRecordFile))
-	var out []localRecord
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			p.logger.Warnf("reading %s: %v", f, err)
-			continue
-		}
-		var r localRecord
-		if err := json.Unmarshal(data, &r); err != nil || r.Cluster.KindName == "" {
-			p.logger.Warnf("ignoring corrupt meshctl record %s: %v", f, err)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
+// environment.
+func (p *Provider) localRecords() []records.Local {
+	files, _ := filepath.Glob(filepath.Join(p.artifacts, "*", "*", records.LocalFile))
+	return records.ReadLocal(files, p.logger.Warnf)
 }
 
 // startNodes starts a kind cluster's stopped node containers. kind's node
@@ -206,7 +149,7 @@ func (p *Provider) startNodes(ctx context.Context, stopped []string) error {
 
 // waitReady waits until a cluster's API server answers with every node
 // Ready, up to wait.
-func (p *Provider) waitReady(ctx context.Context, c ClusterPlan, wait time.Duration) error {
+func (p *Provider) waitReady(ctx context.Context, c model.ClusterPlan, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
 		st := p.apiStatus(ctx, c)
@@ -257,7 +200,7 @@ func (p *Provider) routeProblems(ctx context.Context, kindName string) []string 
 		cmd := ns[i].CommandContext(ctx, "sh", "-c", "if [ -x "+NodeRoutesScript+" ]; then "+NodeRoutesScript+" check; fi")
 		cmd.SetStdout(&out)
 		if err := cmd.Run(); err != nil {
-			probs[i] = []string{fmt.Sprintf("node %s: checking routes: %v", ns[i], runErr(err))}
+			probs[i] = []string{fmt.Sprintf("node %s: checking routes: %v", ns[i], kindprovider.RunErr(err))}
 			return nil
 		}
 		for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {

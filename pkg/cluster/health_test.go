@@ -7,11 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/version"
 )
 
 // upEnv creates a planned environment on the fakes and returns its plan.
-func upEnv(t *testing.T, e *env, req Request) *Plan {
+func upEnv(t *testing.T, e *env, req model.Request) *model.Plan {
 	t.Helper()
 	plan := mustPlan(t, req)
 	if _, err := e.p.Up(context.Background(), plan); err != nil {
@@ -49,7 +50,7 @@ func clusterByName(t *testing.T, st *StatusResult, name string) ClusterStatus {
 func TestStatusReportsAStoppedClusterAndDegraded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	upEnv(t, e, Request{Clusters: 3})
+	upEnv(t, e, model.Request{Clusters: 3})
 	stopNode(t, e, "cluster2", 0)
 	st, err := e.p.Status(context.Background(), "default", "")
 	if err != nil {
@@ -79,7 +80,7 @@ func TestStatusReportsAStoppedClusterAndDegraded(t *testing.T) {
 func TestStatusReportsAStoppedWorker(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	upEnv(t, e, Request{Clusters: 1, Workers: 1})
+	upEnv(t, e, model.Request{Clusters: 1, Workers: 1})
 	stopNode(t, e, "cluster1", 1)
 	st, err := e.p.Status(context.Background(), "default", "")
 	if err != nil {
@@ -93,7 +94,7 @@ func TestStatusReportsAStoppedWorker(t *testing.T) {
 func TestStatusReportsNotReadyMissingAndStaleRoutes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	upEnv(t, e, Request{Clusters: 3})
+	upEnv(t, e, model.Request{Clusters: 3})
 	e.kind.mu.Lock()
 	e.kind.apiDown = map[string]bool{"cluster1": true}
 	e.kind.mu.Unlock()
@@ -125,7 +126,7 @@ func TestDockerUnreachableSaysHowToStartIt(t *testing.T) {
 	e := newEnv(t)
 	e.docker.down = true
 	e.kind.listErr = errors.New("command \"docker ps -a --filter label=io.x-k8s.kind.cluster\" failed with error: exit status 1")
-	_, upErr := e.p.Up(context.Background(), mustPlan(t, Request{Clusters: 1}))
+	_, upErr := e.p.Up(context.Background(), mustPlan(t, model.Request{Clusters: 1}))
 	_, statusErr := e.p.Status(context.Background(), "default", "")
 	_, downErr := e.p.Down(context.Background(), "default")
 	_, listErr := e.p.List(context.Background())
@@ -139,7 +140,7 @@ func TestDockerUnreachableSaysHowToStartIt(t *testing.T) {
 func TestUpHealsAStoppedCluster(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	plan := upEnv(t, e, Request{Clusters: 2, Workers: 1})
+	plan := upEnv(t, e, model.Request{Clusters: 2, Workers: 1})
 	cp := stopNode(t, e, "cluster2", 0)
 	w := stopNode(t, e, "cluster2", 1)
 	res, err := e.p.Up(context.Background(), plan)
@@ -166,7 +167,7 @@ func TestUpHealsAStoppedCluster(t *testing.T) {
 func TestUpHealsStaleRoutesAndSaysSo(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	plan := upEnv(t, e, Request{Clusters: 2})
+	plan := upEnv(t, e, model.Request{Clusters: 2})
 	c1, _ := e.kind.cluster("cluster1")
 	c1.nodes[0].staleRoutes = "10.20.0.0/24 via 172.18.0.9, cluster2-control-plane is at 172.18.0.3\n"
 	res, err := e.p.Up(context.Background(), plan)
@@ -180,10 +181,10 @@ func TestUpHealsStaleRoutesAndSaysSo(t *testing.T) {
 
 // killedCreation leaves what a SIGKILLed `up` leaves: meshctl's local
 // in-progress record and a kind cluster with no record on its node.
-func killedCreation(t *testing.T, e *env, plan *Plan, i int) {
+func killedCreation(t *testing.T, e *env, plan *model.Plan, i int) {
 	t.Helper()
 	c := plan.Clusters[i]
-	if err := e.p.writeLocalRecord(Record{Env: plan.Env, Cluster: c, Version: version.String()}, true); err != nil {
+	if err := e.p.writeLocalRecord(model.Record{Env: plan.Env, Cluster: c, Version: version.String()}, true); err != nil {
 		t.Fatal(err)
 	}
 	e.kind.add(c.KindName, plan.KindConfig(c))
@@ -192,7 +193,7 @@ func killedCreation(t *testing.T, e *env, plan *Plan, i int) {
 func TestUpRecreatesAClusterWhoseCreationWasKilled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	plan := mustPlan(t, Request{Env: "x", Clusters: 2})
+	plan := mustPlan(t, model.Request{Env: "x", Clusters: 2})
 	killedCreation(t, e, plan, 1)
 
 	st, err := e.p.Status(context.Background(), "x", "")
@@ -218,7 +219,7 @@ func TestUpRecreatesAClusterWhoseCreationWasKilled(t *testing.T) {
 func TestDownDeletesAClusterWhoseCreationWasKilled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	plan := mustPlan(t, Request{Env: "x", Clusters: 1})
+	plan := mustPlan(t, model.Request{Env: "x", Clusters: 1})
 	killedCreation(t, e, plan, 0)
 	res, err := e.p.Down(context.Background(), "x")
 	if err != nil {
@@ -240,7 +241,7 @@ func TestDownDeletesAClusterWhoseCreationWasKilled(t *testing.T) {
 func TestUpStillRefusesAForeignKindCluster(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	plan := mustPlan(t, Request{Clusters: 1})
+	plan := mustPlan(t, model.Request{Clusters: 1})
 	e.kind.add("cluster1", plan.KindConfig(plan.Clusters[0]))
 	_, err := e.p.Up(context.Background(), plan)
 	if err == nil || !strings.Contains(err.Error(), "not created by meshctl") {
@@ -257,9 +258,9 @@ func TestUpStillRefusesAForeignKindCluster(t *testing.T) {
 func TestKilledCreationIsOnlyItsOwnEnvironments(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	plan := mustPlan(t, Request{Env: "x", Clusters: 1, NamePrefix: ptr("shared-")})
+	plan := mustPlan(t, model.Request{Env: "x", Clusters: 1, NamePrefix: ptr("shared-")})
 	killedCreation(t, e, plan, 0)
-	other := mustPlan(t, Request{Env: "y", Clusters: 1, NamePrefix: ptr("shared-")})
+	other := mustPlan(t, model.Request{Env: "y", Clusters: 1, NamePrefix: ptr("shared-")})
 	if _, err := e.p.Up(context.Background(), other); err == nil {
 		t.Fatal("env y recreated env x's cluster")
 	}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // TestUpWritesIstioTopology: up leaves, beside the kubeconfigs, the topology
@@ -18,10 +20,10 @@ func TestUpWritesIstioTopology(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	plan, err := NewPlan(Request{Env: "ext", Specs: []Spec{
+	plan, err := model.NewPlan(model.Request{Env: "ext", Specs: []model.Spec{
 		{Name: "cfg", Network: "net-a", PrimaryClusterName: "cp", ConfigClusterName: "cfg"},
 		{Name: "cp", Network: "net-a", ConfigClusterName: "cfg"},
-		{Name: "solo", Network: "net-b", IPFamily: Dual},
+		{Name: "solo", Network: "net-b", IPFamily: model.Dual},
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -3,13 +3,14 @@ package cluster
 import (
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/meshctl/meshctl/internal/fsutil"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/existing"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/kindprovider"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // kubeconfig returns a cluster's kubeconfig with its cluster, user and
@@ -21,9 +22,9 @@ import (
 // An existing cluster's is the selected context of the user's kubeconfig,
 // flattened and renamed the same way; internal or not, its server is the
 // one the user gave (meshctl cannot know of another address).
-func (p *Provider) kubeconfig(c ClusterPlan, internal bool) ([]byte, error) {
+func (p *Provider) kubeconfig(c model.ClusterPlan, internal bool) ([]byte, error) {
 	if c.Existing {
-		cfg, err := existingKubeconfig(c)
+		cfg, err := existing.Kubeconfig(c)
 		if err != nil {
 			return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
 		}
@@ -41,7 +42,7 @@ func (p *Provider) kubeconfig(c ClusterPlan, internal bool) ([]byte, error) {
 }
 
 // renameKubeconfig rewrites kind's kubeconfig for the mesh cluster.
-func (p *Provider) renameKubeconfig(c ClusterPlan, raw []byte, internal bool) ([]byte, error) {
+func (p *Provider) renameKubeconfig(c model.ClusterPlan, raw []byte, internal bool) ([]byte, error) {
 	cfg, err := clientcmd.Load(raw)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: parsing kind's kubeconfig: %w", c.Name, err)
@@ -74,12 +75,12 @@ func (p *Provider) renameKubeconfig(c ClusterPlan, raw []byte, internal bool) ([
 }
 
 // internalServer is the API server's address on the kind network.
-func (p *Provider) internalServer(c ClusterPlan) (string, error) {
+func (p *Provider) internalServer(c model.ClusterPlan) (string, error) {
 	ns, err := p.kind.ListNodes(c.KindName)
 	if err != nil {
 		return "", fmt.Errorf("cluster %q: listing nodes: %w", c.Name, err)
 	}
-	cp, err := controlPlane(ns)
+	cp, err := kindprovider.ControlPlane(ns)
 	if err != nil {
 		return "", fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
@@ -88,27 +89,13 @@ func (p *Provider) internalServer(c ClusterPlan) (string, error) {
 		return "", fmt.Errorf("cluster %q: address of %s: %w", c.Name, cp, err)
 	}
 	ip := v4
-	if c.IPFamily == IPv6 || ip == "" {
+	if c.IPFamily == model.IPv6 || ip == "" {
 		ip = v6
 	}
 	if ip == "" {
 		return "", fmt.Errorf("cluster %q: %s has no address on the kind network", c.Name, cp)
 	}
 	return "https://" + net.JoinHostPort(ip, "6443"), nil
-}
-
-// InternalAPIServer is a kind cluster's API server by container name on
-// the kind network, as kind's own internal kubeconfig names it: the
-// control-plane node, or kind's load balancer in front of several. Docker's
-// DNS resolves it from every container on the network (pods included), and
-// kubeadm puts the node name and the control-plane endpoint in the API
-// server certificate, so it outlives a change of the node's address.
-func InternalAPIServer(c ClusterPlan) string {
-	host := c.KindName + "-control-plane"
-	if c.ControlPlanes > 1 {
-		host = c.KindName + "-external-load-balancer"
-	}
-	return "https://" + net.JoinHostPort(host, "6443")
 }
 
 // exportKubeconfigs writes both kubeconfigs of a cluster, owner-only: they
@@ -120,14 +107,14 @@ func InternalAPIServer(c ClusterPlan) string {
 // mesh name as its current context, and a later change of the user's
 // current-context cannot redirect them to another cluster. The copy holds
 // the user's credentials, hence 0600, and down removes it; up refreshes it.
-func (p *Provider) exportKubeconfigs(plan *Plan, c ClusterPlan) error {
+func (p *Provider) exportKubeconfigs(plan *model.Plan, c model.ClusterPlan) error {
 	if c.Existing {
 		data, err := p.kubeconfig(c, false)
 		if err != nil {
 			return err
 		}
 		for _, internal := range []bool{false, true} {
-			if err := writePrivate(p.KubeconfigPath(plan.Env, c.Name, internal), data); err != nil {
+			if err := records.WritePrivate(p.KubeconfigPath(plan.Env, c.Name, internal), data); err != nil {
 				return fmt.Errorf("cluster %q: %w", c.Name, err)
 			}
 		}
@@ -143,18 +130,9 @@ func (p *Provider) exportKubeconfigs(plan *Plan, c ClusterPlan) error {
 		if err != nil {
 			return err
 		}
-		if err := writePrivate(p.KubeconfigPath(plan.Env, c.Name, internal), data); err != nil {
+		if err := records.WritePrivate(p.KubeconfigPath(plan.Env, c.Name, internal), data); err != nil {
 			return fmt.Errorf("cluster %q: %w", c.Name, err)
 		}
 	}
 	return nil
-}
-
-// writePrivate writes a file with mode 0600 in a 0700 directory, atomically.
-func writePrivate(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
-	}
-	return fsutil.WriteFile(path, data, 0o600)
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // lockProvider is a Provider on its own artifacts directory over a shared
@@ -274,7 +276,7 @@ func TestUpRefusesASecondUpOnTheSameEnvironment(t *testing.T) {
 		}
 		return nil
 	}
-	plan := mustPlan(t, Request{Clusters: 1})
+	plan := mustPlan(t, model.Request{Clusters: 1})
 	firstUp := make(chan error, 1)
 	go func() {
 		_, err := e.p.Up(context.Background(), plan)
@@ -302,11 +304,11 @@ func TestUpRollsBackOnlyWhatItCreated(t *testing.T) {
 	e := newEnv(t)
 	e.kind.createHook = func(name string) error {
 		if name == "cluster2" {
-			e.kind.add(name, mustPlan(t, Request{}).KindConfig(mustPlan(t, Request{}).Clusters[0])) // someone else's
+			e.kind.add(name, mustPlan(t, model.Request{}).KindConfig(mustPlan(t, model.Request{}).Clusters[0])) // someone else's
 		}
 		return nil
 	}
-	_, err := e.p.Up(context.Background(), mustPlan(t, Request{Clusters: 2}))
+	_, err := e.p.Up(context.Background(), mustPlan(t, model.Request{Clusters: 2}))
 	if err == nil || !strings.Contains(err.Error(), "kind cluster cluster2 was created meanwhile by another process") {
 		t.Fatalf("error %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // ErrNoDocker means the Docker engine did not answer.
@@ -26,7 +28,7 @@ func KindNetwork() string {
 // Preflight checks what `up` needs before it changes anything: a Docker
 // engine that answers, and planned subnets that do not overlap the kind
 // docker network (traffic to pods would be routed into the bridge instead).
-func (p *Provider) Preflight(ctx context.Context, plan *Plan) error {
+func (p *Provider) Preflight(ctx context.Context, plan *model.Plan) error {
 	if err := p.checkDocker(ctx); err != nil {
 		return err
 	}
@@ -39,25 +41,22 @@ func (p *Provider) Preflight(ctx context.Context, plan *Plan) error {
 		subnets = KindNetworkCandidates(KindNetwork())
 		what = fmt.Sprintf("a subnet Docker or kind may give the docker network %q (not created yet)", KindNetwork())
 	}
-	var errs problems
+	var errs model.Problems
 	for _, c := range plan.Clusters {
 		for _, f := range []struct {
 			field string
 			cidrs []string
 		}{{"podSubnet", c.PodSubnets}, {"serviceSubnet", c.ServiceSubnets}} {
-			for _, pr := range prefixes(f.cidrs) {
+			for _, pr := range model.Prefixes(f.cidrs) {
 				for _, n := range subnets {
 					if pr.Overlaps(n) {
-						errs.add(c.Name, "%s %s overlaps %s (%s)", f.field, pr, what, n)
+						errs.Add(c.Name, "%s %s overlaps %s (%s)", f.field, pr, what, n)
 					}
 				}
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return &InvalidPlanError{Problems: errs}
-	}
-	return nil
+	return errs.Err()
 }
 
 // networkSubnets returns a docker network's subnets, or none when the

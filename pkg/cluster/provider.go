@@ -9,9 +9,12 @@ import (
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
 	"sigs.k8s.io/kind/pkg/log"
+
+	"github.com/meshctl/meshctl/pkg/cluster/internal/docker"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/kindprovider"
 )
 
-// Kind is the part of the kind library meshctl uses. kindProvider adapts
+// Kind is the part of the kind library meshctl uses. internal/kindprovider adapts
 // kind's cluster.Provider to it; unit tests use a fake.
 type Kind interface {
 	// Create creates a cluster and leaves it in place on failure: meshctl
@@ -89,10 +92,10 @@ func NewProvider(opts ...ProviderOption) *Provider {
 		p.logger = log.NoopLogger{}
 	}
 	if p.docker == nil {
-		p.docker = execDocker{}
+		p.docker = docker.CLI{}
 	}
 	if p.kind == nil {
-		p.kind = newKindProvider(p.logger)
+		p.kind = kindprovider.New(p.logger)
 	}
 	if p.nodes == nil {
 		p.nodes = apiNodeReader{}

@@ -1,111 +1,41 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"reflect"
-	"sort"
-	"strings"
-	"time"
 
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
-	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
-	"sigs.k8s.io/kind/pkg/exec"
+
+	"github.com/meshctl/meshctl/pkg/cluster/internal/kindprovider"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
-// recordPath is where meshctl keeps, on a cluster's control-plane node, the
-// plan the cluster was created from. Keeping it in the cluster rather than in
-// a local state file means `up`, `status` and `down` find the truth even when
-// the artifacts directory is gone (a fresh CI workspace, another shell).
-const recordPath = "/kind/meshctl/cluster.json"
-
-// Record is what meshctl writes on a cluster it created.
-type Record struct {
-	Env       string      `json:"env"`
-	Cluster   ClusterPlan `json:"cluster"`
-	Version   string      `json:"meshctlVersion"`
-	CreatedAt time.Time   `json:"createdAt"`
-	// Pools are the MetalLB address pools pkg/connect/gateway gave the
-	// cluster. They live in the record because every meshctl on the machine
-	// reads every kind cluster's record anyway (List): that is how an
-	// environment finds the blocks other environments hold on the shared
-	// docker network, without credentials for their clusters.
-	Pools *Pools `json:"loadBalancerPools,omitempty"`
-}
-
-// Pools are a kind cluster's load-balancer address pools, one CIDR per IP
-// family, carved from a docker network.
-type Pools struct {
-	DockerNetwork string   `json:"dockerNetwork"`
-	CIDRs         []string `json:"cidrs"`
-}
-
-// errNoRecord means the cluster exists but meshctl did not (finish to) create it.
-var errNoRecord = fmt.Errorf("no meshctl record")
-
-func controlPlane(ns []nodes.Node) (nodes.Node, error) {
-	cps, err := nodeutils.ControlPlaneNodes(ns)
-	if err != nil {
-		return nil, fmt.Errorf("finding control-plane node: %w", err)
-	}
-	if len(cps) == 0 {
-		return nil, fmt.Errorf("no control-plane node")
-	}
-	return cps[0], nil
-}
-
-func (p *Provider) readRecord(kindName string) (*Record, error) {
+// readRecord reads meshctl's record on a running kind cluster's
+// control-plane node; records.ErrNone when it has none.
+func (p *Provider) readRecord(kindName string) (*model.Record, error) {
 	ns, err := p.kind.ListNodes(kindName)
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes of %s: %w", kindName, err)
 	}
-	cp, err := controlPlane(ns)
+	cp, err := kindprovider.ControlPlane(ns)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", kindName, err)
 	}
-	var out bytes.Buffer
-	// `cat` of a missing file and a stopped container both fail; test -f
-	// tells them apart so that "not ours" is not mistaken for "broken".
-	cmd := cp.Command("sh", "-c", "test -f "+recordPath+" && cat "+recordPath+" || echo none")
-	cmd.SetStdout(&out)
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("reading meshctl record on %s: %w", cp, runErr(err))
-	}
-	if strings.TrimSpace(out.String()) == "none" {
-		return nil, errNoRecord
-	}
-	var r Record
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		return nil, fmt.Errorf("meshctl record on %s is corrupt: %w", cp, err)
-	}
-	return &r, nil
+	return records.ReadNode(cp)
 }
 
-func (p *Provider) writeRecord(ns []nodes.Node, r Record) error {
-	cp, err := controlPlane(ns)
+func (p *Provider) writeRecord(ns []nodes.Node, r model.Record) error {
+	cp, err := kindprovider.ControlPlane(ns)
 	if err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding record: %w", err)
-	}
-	// Written beside and renamed: other meshctl processes read records at
-	// any time (pools are claimed concurrently), and must never see half
-	// of one.
-	cmd := cp.Command("sh", "-c", "mkdir -p /kind/meshctl && cat > "+recordPath+".tmp && mv "+recordPath+".tmp "+recordPath)
-	cmd.SetStdin(bytes.NewReader(data))
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("writing meshctl record on %s: %w", cp, runErr(err))
-	}
-	return nil
+	return records.WriteNode(cp, r)
 }
 
 // SetPools records a kind cluster's load-balancer pools in meshctl's record
 // of it, keeping the rest of the record.
-func (p *Provider) SetPools(ctx context.Context, kindName string, pools *Pools) error {
+func (p *Provider) SetPools(ctx context.Context, kindName string, pools *model.Pools) error {
 	rec, err := p.readRecord(kindName)
 	if err != nil {
 		return fmt.Errorf("recording the load-balancer pools of kind cluster %s: %w", kindName, err)
@@ -119,42 +49,4 @@ func (p *Provider) SetPools(ctx context.Context, kindName string, pools *Pools) 
 		return fmt.Errorf("recording the load-balancer pools of kind cluster %s: %w", kindName, err)
 	}
 	return nil
-}
-
-// Diff lists how an existing cluster differs from what is planned for it,
-// one "field: have → want" line per difference.
-func Diff(have, want ClusterPlan) []string {
-	var d []string
-	field := func(name string, a, b any) {
-		if !reflect.DeepEqual(a, b) {
-			d = append(d, fmt.Sprintf("%s: %v → %v", name, show(a), show(b)))
-		}
-	}
-	field("network", have.Network, want.Network)
-	field("primaryClusterName", have.PrimaryClusterName, want.PrimaryClusterName)
-	field("configClusterName", have.ConfigClusterName, want.ConfigClusterName)
-	field("ipFamily", have.IPFamily, want.IPFamily)
-	field("podSubnets", have.PodSubnets, want.PodSubnets)
-	field("serviceSubnets", have.ServiceSubnets, want.ServiceSubnets)
-	field("controlPlanes", have.ControlPlanes, want.ControlPlanes)
-	field("workers", have.Workers, want.Workers)
-	field("image", have.Image, want.Image)
-	sort.Strings(d)
-	return d
-}
-
-func show(v any) string {
-	if s, ok := v.([]string); ok {
-		return strings.Join(s, ",")
-	}
-	return fmt.Sprint(v)
-}
-
-// runErr adds a failed command's output to its error: kind's RunError keeps
-// the output but does not print it.
-func runErr(err error) error {
-	if re := exec.RunErrorForError(err); re != nil && len(re.Output) > 0 {
-		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(re.Output)))
-	}
-	return err
 }

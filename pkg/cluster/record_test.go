@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // SetPools changes only the pools in a cluster's record; List reports them
@@ -13,23 +15,23 @@ func TestSetPools(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	plan := mustPlan(t, Request{Env: "a", Clusters: 2, Networks: 2})
+	plan := mustPlan(t, model.Request{Env: "a", Clusters: 2, Networks: 2})
 	if _, err := e.p.Up(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
 	kindName := plan.Clusters[1].KindName
-	want := &Pools{DockerNetwork: "kind", CIDRs: []string{"172.18.255.208/28"}}
+	want := &model.Pools{DockerNetwork: "kind", CIDRs: []string{"172.18.255.208/28"}}
 	if err := e.p.SetPools(ctx, kindName, want); err != nil {
 		t.Fatal(err)
 	}
-	pools := func() map[string]*Pools {
+	pools := func() map[string]*model.Pools {
 		all, err := e.p.List(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]*Pools{}
+		out := map[string]*model.Pools{}
 		for _, x := range all {
-			if x.Record == nil || len(Diff(x.Record.Cluster, plan.Clusters[map[bool]int{true: 1, false: 0}[x.KindName == kindName]])) != 0 {
+			if x.Record == nil || len(model.Diff(x.Record.Cluster, plan.Clusters[map[bool]int{true: 1, false: 0}[x.KindName == kindName]])) != 0 {
 				t.Fatalf("record of %s changed: %+v", x.KindName, x.Record)
 			}
 			out[x.KindName] = x.Record.Pools
@@ -62,11 +64,11 @@ func TestStatusShowsPools(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	plan := mustPlan(t, Request{Env: "st", Clusters: 2, Networks: 2, IPFamily: "dual"})
+	plan := mustPlan(t, model.Request{Env: "st", Clusters: 2, Networks: 2, IPFamily: "dual"})
 	if _, err := e.p.Up(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
-	want := &Pools{DockerNetwork: "kind", CIDRs: []string{"172.18.255.224/28", "fc00:f853:ccd:e793:ffff:ffff:ffff:ffe0/124"}}
+	want := &model.Pools{DockerNetwork: "kind", CIDRs: []string{"172.18.255.224/28", "fc00:f853:ccd:e793:ffff:ffff:ffff:ffe0/124"}}
 	if err := e.p.SetPools(ctx, plan.Clusters[1].KindName, want); err != nil {
 		t.Fatal(err)
 	}

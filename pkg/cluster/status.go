@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // StatusResult is an environment's state as `meshctl status` reports it.
@@ -30,13 +31,13 @@ const (
 
 // ClusterStatus is one cluster's plan and live state.
 type ClusterStatus struct {
-	ClusterPlan
+	model.ClusterPlan
 	// LoadBalancerPools are the MetalLB address pools meshctl gave a kind
 	// cluster (on environments of several networks), as recorded: where
 	// the east-west gateway's address, and those of any LoadBalancer
 	// Service a developer adds, come from. Unset when it has none.
-	LoadBalancerPools *Pools `json:"loadBalancerPools,omitempty"`
-	Ready             bool   `json:"ready"`
+	LoadBalancerPools *model.Pools `json:"loadBalancerPools,omitempty"`
+	Ready             bool         `json:"ready"`
 	// State is one of the State* constants.
 	State string `json:"state"`
 	// Problems say what is wrong when State is not StateRunning, and
@@ -63,7 +64,7 @@ func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusRes
 	if err != nil {
 		return nil, err
 	}
-	var es []Existing
+	var es []Listed
 	for _, e := range all {
 		if e.Env() == env || (e.Incomplete != nil && e.Incomplete.Env == env) {
 			es = append(es, e)
@@ -102,17 +103,17 @@ func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusRes
 }
 
 // plan is the cluster's plan as recorded, complete or not.
-func (e Existing) plan() ClusterPlan {
+func (e Listed) plan() model.ClusterPlan {
 	if e.Incomplete != nil {
 		return e.Incomplete.Cluster
 	}
 	if e.Record != nil {
 		return e.Record.Cluster
 	}
-	return ClusterPlan{Name: e.KindName, KindName: e.KindName}
+	return model.ClusterPlan{Name: e.KindName, KindName: e.KindName}
 }
 
-func (p *Provider) clusterStatus(ctx context.Context, e Existing) ClusterStatus {
+func (p *Provider) clusterStatus(ctx context.Context, e Listed) ClusterStatus {
 	c := e.plan()
 	fail := func(state, problem string) ClusterStatus {
 		return ClusterStatus{ClusterPlan: c, State: state, Problems: []string{problem}, Nodes: []NodeStatus{}, Error: problem}
@@ -153,7 +154,7 @@ func (p *Provider) clusterStatus(ctx context.Context, e Existing) ClusterStatus 
 }
 
 // apiStatus reads a cluster's nodes from its API server.
-func (p *Provider) apiStatus(ctx context.Context, c ClusterPlan) ClusterStatus {
+func (p *Provider) apiStatus(ctx context.Context, c model.ClusterPlan) ClusterStatus {
 	st := ClusterStatus{ClusterPlan: c, Nodes: []NodeStatus{}}
 	var kc []byte
 	var err error

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/registry"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 
 	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/pkg/version"
@@ -83,7 +86,7 @@ func UpWithWait(d time.Duration) UpOption { return func(o *upOptions) { o.wait =
 // in parallel. If anything fails, or ctx is cancelled (Ctrl-C), every cluster
 // this call created is deleted — after its logs are exported to the artifacts
 // directory — unless retained.
-func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpResult, error) {
+func (p *Provider) Up(ctx context.Context, plan *model.Plan, opts ...UpOption) (*UpResult, error) {
 	o := upOptions{wait: DefaultWait}
 	for _, opt := range opts {
 		opt(&o)
@@ -99,7 +102,7 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 	defer unlock()
 	status := cli.NewStatus(p.logger)
 
-	kinds, existing := splitExisting(plan.Clusters)
+	kinds, existingCs := splitExisting(plan.Clusters)
 	if len(kinds) > 0 {
 		status.Start("Checking Docker")
 		if err := p.Preflight(ctx, plan); err != nil {
@@ -107,8 +110,8 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 			return nil, err
 		}
 	}
-	if len(existing) > 0 {
-		status.Start("Checking existing clusters: " + meshNames(existing))
+	if len(existingCs) > 0 {
+		status.Start("Checking existing clusters: " + meshNames(existingCs))
 		if err := p.CheckExisting(ctx, plan); err != nil {
 			status.End(false)
 			return nil, err
@@ -128,7 +131,7 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 	// Only kind nodes pull from the local registry.
 	if plan.Registry.Enabled && len(kinds) > 0 {
 		status.Start(fmt.Sprintf("Starting registry %s on localhost:%d", plan.Registry.Name, plan.Registry.Port))
-		act, err := p.ensureRegistry(ctx, plan.Registry)
+		act, err := registry.Ensure(ctx, p.docker, plan.Registry)
 		if err != nil {
 			status.End(false)
 			return nil, err
@@ -136,7 +139,7 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 		res.Registry = &RegistryResult{Name: plan.Registry.Name, Host: fmt.Sprintf("localhost:%d", plan.Registry.Port), Action: act}
 	}
 
-	var recreate, create []ClusterPlan
+	var recreate, create []model.ClusterPlan
 	for _, c := range plan.Clusters {
 		switch actions[c.Name] {
 		case ActionRecreated:
@@ -161,7 +164,7 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 		}
 	}
 
-	var heal []ClusterPlan
+	var heal []model.ClusterPlan
 	for _, c := range plan.Clusters {
 		if actions[c.Name] == ActionReused || actions[c.Name] == ActionHealed {
 			heal = append(heal, c)
@@ -170,7 +173,7 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 	if len(heal) > 0 {
 		status.Start("Checking that reused clusters run: " + kindNames(heal))
 		var mu sync.Mutex
-		err := parallel.ForEach(heal, func(c ClusterPlan) error {
+		err := parallel.ForEach(heal, func(c model.ClusterPlan) error {
 			found, err := p.heal(ctx, c, o.wait)
 			mu.Lock()
 			defer mu.Unlock()
@@ -192,7 +195,7 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 	}
 
 	status.Start("Writing kubeconfigs and registry settings")
-	err = parallel.ForEach(plan.Clusters, func(c ClusterPlan) error {
+	err = parallel.ForEach(plan.Clusters, func(c model.ClusterPlan) error {
 		if c.Existing {
 			return p.adoptExisting(ctx, plan, c)
 		}
@@ -202,12 +205,12 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 		// Clusters made by a meshctl that kept no local record get one:
 		// status can then tell when one goes missing.
 		if _, err := os.Stat(p.localRecordPath(plan.Env, c.Name)); errors.Is(err, os.ErrNotExist) {
-			if err := p.writeLocalRecord(Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC()}, false); err != nil {
+			if err := p.writeLocalRecord(model.Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC()}, false); err != nil {
 				return err
 			}
 		}
 		if plan.Registry.Enabled && actions[c.Name] != ActionReused && actions[c.Name] != ActionHealed {
-			return p.configureRegistry(ctx, plan.Registry, c)
+			return registry.Configure(ctx, p.docker, KindNetwork(), plan.Registry, c, p.kind.ListNodes)
 		}
 		return nil
 	})
@@ -233,28 +236,28 @@ func (p *Provider) Up(ctx context.Context, plan *Plan, opts ...UpOption) (*UpRes
 }
 
 // classify decides, for each planned cluster, whether to create, reuse or
-// recreate it. It fails — before anything is changed — when an existing
-// cluster differs from the plan and recreate is off, or belongs to someone
-// else.
-func (p *Provider) classify(ctx context.Context, plan *Plan, recreate bool) (actions map[string]string, healed map[string][]string, err error) {
-	var existing []string
+// recreate it. It fails — before anything is changed — when a kind cluster
+// of the same name is already there and differs from the plan (and recreate
+// is off), or belongs to someone else.
+func (p *Provider) classify(ctx context.Context, plan *model.Plan, recreate bool) (actions map[string]string, healed map[string][]string, err error) {
+	var present []string // kind clusters on this machine
 	if kinds, _ := splitExisting(plan.Clusters); len(kinds) > 0 {
-		if existing, err = p.kind.List(); err != nil {
+		if present, err = p.kind.List(); err != nil {
 			return nil, nil, fmt.Errorf("listing kind clusters: %w", err)
 		}
 	}
 	exists := map[string]bool{}
-	for _, n := range existing {
+	for _, n := range present {
 		exists[n] = true
 	}
-	local := map[string]localRecord{}
+	local := map[string]records.Local{}
 	for _, r := range p.localRecords() {
 		local[r.Cluster.KindName] = r
 	}
 	actions, healed = map[string]string{}, map[string][]string{}
 	var conflicts []string
 	var mu sync.Mutex
-	err = parallel.ForEach(plan.Clusters, func(c ClusterPlan) error {
+	err = parallel.ForEach(plan.Clusters, func(c model.ClusterPlan) error {
 		act, why, conflict, err := p.classifyOne(ctx, plan, c, exists[c.KindName], recreate, local)
 		mu.Lock()
 		defer mu.Unlock()
@@ -278,14 +281,14 @@ func (p *Provider) classify(ctx context.Context, plan *Plan, recreate bool) (act
 }
 
 // classifyOne decides one cluster's action; why says what up heals.
-func (p *Provider) classifyOne(ctx context.Context, plan *Plan, c ClusterPlan, exists, recreate bool, local map[string]localRecord) (action, why, conflict string, err error) {
+func (p *Provider) classifyOne(ctx context.Context, plan *model.Plan, c model.ClusterPlan, exists, recreate bool, local map[string]records.Local) (action, why, conflict string, err error) {
 	if c.Existing {
 		return ActionExisting, "", "", nil // checked by CheckExisting
 	}
 	if !exists {
 		return ActionCreated, "", "", nil
 	}
-	e := Existing{KindName: c.KindName}
+	e := Listed{KindName: c.KindName}
 	e.read(ctx, p, local)
 	switch {
 	case e.Incomplete != nil && e.Incomplete.Env == plan.Env && e.Incomplete.Cluster.Name == c.Name:
@@ -303,7 +306,7 @@ func (p *Provider) classifyOne(ctx context.Context, plan *Plan, c ClusterPlan, e
 		// Never recreate another environment's cluster, even when asked to.
 		return "", "", fmt.Sprintf("  cluster %q: kind cluster %q belongs to environment %q; choose another --env or --name-prefix", c.Name, c.KindName, e.Record.Env), nil
 	}
-	diff := Diff(e.Record.Cluster, c)
+	diff := model.Diff(e.Record.Cluster, c)
 	switch {
 	case len(diff) == 0 && e.State == StateStopped:
 		return ActionHealed, "", "", nil // heal says which nodes it starts
@@ -319,7 +322,7 @@ func (p *Provider) classifyOne(ctx context.Context, plan *Plan, c ClusterPlan, e
 // containers and waits for the API server and every node to be Ready. It
 // returns what it found wrong, stale routes included (the connect step
 // re-asserts them).
-func (p *Provider) heal(ctx context.Context, c ClusterPlan, wait time.Duration) ([]string, error) {
+func (p *Provider) heal(ctx context.Context, c model.ClusterPlan, wait time.Duration) ([]string, error) {
 	var found []string
 	stopped, err := p.stoppedNodes(ctx, c.KindName)
 	if err != nil {
@@ -351,7 +354,7 @@ func (p *Provider) heal(ctx context.Context, c ClusterPlan, wait time.Duration) 
 
 // createAll creates clusters in parallel. kind's Create cannot be cancelled,
 // so on Ctrl-C the clusters are deleted under it, which makes it return.
-func (p *Provider) createAll(ctx context.Context, plan *Plan, create []ClusterPlan, o upOptions) error {
+func (p *Provider) createAll(ctx context.Context, plan *model.Plan, create []model.ClusterPlan, o upOptions) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("creating clusters: %w", context.Cause(ctx))
 	}
@@ -360,10 +363,10 @@ func (p *Provider) createAll(ctx context.Context, plan *Plan, create []ClusterPl
 	// to create over it) is theirs.
 	var mu sync.Mutex
 	foreign := map[string]bool{}
-	ours := func() []ClusterPlan {
+	ours := func() []model.ClusterPlan {
 		mu.Lock()
 		defer mu.Unlock()
-		var out []ClusterPlan
+		var out []model.ClusterPlan
 		for _, c := range create {
 			if !foreign[c.KindName] {
 				out = append(out, c)
@@ -373,7 +376,7 @@ func (p *Provider) createAll(ctx context.Context, plan *Plan, create []ClusterPl
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- parallel.ForEach(create, func(c ClusterPlan) error {
+		done <- parallel.ForEach(create, func(c model.ClusterPlan) error {
 			err := p.createOne(plan, c, o.wait)
 			if errors.Is(err, errNotOurs) {
 				mu.Lock()
@@ -410,12 +413,12 @@ func (p *Provider) createAll(ctx context.Context, plan *Plan, create []ClusterPl
 // not create.
 var errNotOurs = errors.New("not created by this run")
 
-func (p *Provider) createOne(plan *Plan, c ClusterPlan, wait time.Duration) error {
+func (p *Provider) createOne(plan *model.Plan, c model.ClusterPlan, wait time.Duration) error {
 	kubeconfig := p.KubeconfigPath(plan.Env, c.Name, false)
 	if err := os.MkdirAll(p.clusterDir(plan.Env, c.Name), 0o700); err != nil {
 		return fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
-	rec := Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC(), Pools: &Pools{}}
+	rec := model.Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC(), Pools: &model.Pools{}}
 	// Before kind makes a container: a run killed from here on leaves a
 	// cluster that up and down know as this environment's, unfinished.
 	if err := p.writeLocalRecord(rec, true); err != nil {
@@ -448,8 +451,8 @@ func (p *Provider) createOne(plan *Plan, c ClusterPlan, wait time.Duration) erro
 // rollback exports the logs of clusters this run created, then deletes them
 // unless retain. Errors are reported, not returned: the original failure is
 // what the user needs to see.
-func (p *Provider) rollback(plan *Plan, created []ClusterPlan, retain bool) {
-	_ = parallel.ForEach(created, func(c ClusterPlan) error {
+func (p *Provider) rollback(plan *model.Plan, created []model.ClusterPlan, retain bool) {
+	_ = parallel.ForEach(created, func(c model.ClusterPlan) error {
 		dir := p.LogsDir(plan.Env, c.Name)
 		if err := p.kind.CollectLogs(c.KindName, dir); err != nil {
 			p.logger.Warnf("cluster %q: exporting logs: %v", c.Name, err)
@@ -476,15 +479,15 @@ func (p *Provider) LogsDir(env, cluster string) string {
 
 // adoptExisting makes an existing cluster part of the environment: its
 // kubeconfig copied for other steps, its claim and its local record.
-func (p *Provider) adoptExisting(ctx context.Context, plan *Plan, c ClusterPlan) error {
+func (p *Provider) adoptExisting(ctx context.Context, plan *model.Plan, c model.ClusterPlan) error {
 	if err := p.exportKubeconfigs(plan, c); err != nil {
 		return err
 	}
-	return p.recordExisting(ctx, Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC()})
+	return p.recordExisting(ctx, model.Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC()})
 }
 
 // splitExisting separates kind clusters from existing ones.
-func splitExisting(cs []ClusterPlan) (kinds, existing []ClusterPlan) {
+func splitExisting(cs []model.ClusterPlan) (kinds, existing []model.ClusterPlan) {
 	for _, c := range cs {
 		if c.Existing {
 			existing = append(existing, c)
@@ -495,7 +498,7 @@ func splitExisting(cs []ClusterPlan) (kinds, existing []ClusterPlan) {
 	return kinds, existing
 }
 
-func meshNames(cs []ClusterPlan) string {
+func meshNames(cs []model.ClusterPlan) string {
 	names := make([]string, len(cs))
 	for i, c := range cs {
 		names[i] = c.Name
@@ -503,7 +506,7 @@ func meshNames(cs []ClusterPlan) string {
 	return strings.Join(names, ", ")
 }
 
-func kindNames(cs []ClusterPlan) string {
+func kindNames(cs []model.ClusterPlan) string {
 	names := make([]string, len(cs))
 	for i, c := range cs {
 		names[i] = c.KindName

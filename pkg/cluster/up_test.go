@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 type env struct {
@@ -30,9 +33,9 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func mustPlan(t *testing.T, req Request) *Plan {
+func mustPlan(t *testing.T, req model.Request) *model.Plan {
 	t.Helper()
-	p, err := NewPlan(req)
+	p, err := model.NewPlan(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +69,7 @@ func TestUpCreatesClustersInParallel(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.kind.createHook = barrier(3)
-	plan := mustPlan(t, Request{Clusters: 3, Workers: 1, Registry: Registry{Enabled: true}})
+	plan := mustPlan(t, model.Request{Clusters: 3, Workers: 1, Registry: model.Registry{Enabled: true}})
 	res, err := e.p.Up(context.Background(), plan)
 	if err != nil {
 		t.Fatal(err)
@@ -83,9 +86,9 @@ func TestUpCreatesClustersInParallel(t *testing.T) {
 			t.Errorf("%s: %d nodes, want 2", c.Name, len(fc.nodes))
 		}
 		// The record of the plan lives on the control-plane node.
-		var rec Record
-		raw, _ := fc.nodes[0].file(recordPath)
-		if err := json.Unmarshal(raw, &rec); err != nil || rec.Env != "default" || len(Diff(rec.Cluster, plan.Clusters[i])) != 0 {
+		var rec model.Record
+		raw, _ := fc.nodes[0].file(records.NodePath)
+		if err := json.Unmarshal(raw, &rec); err != nil || rec.Env != "default" || len(model.Diff(rec.Cluster, plan.Clusters[i])) != 0 {
 			t.Errorf("%s: record %s (%v)", c.Name, raw, err)
 		}
 		// Every node pulls localhost:5000 from the registry container.
@@ -124,7 +127,7 @@ func checkKubeconfig(t *testing.T, path, name, server string) {
 func TestUpRerunIsNoop(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	plan := mustPlan(t, Request{Clusters: 2, Registry: Registry{Enabled: true}})
+	plan := mustPlan(t, model.Request{Clusters: 2, Registry: model.Registry{Enabled: true}})
 	if _, err := e.p.Up(context.Background(), plan); err != nil {
 		t.Fatal(err)
 	}
@@ -146,10 +149,10 @@ func TestUpRerunIsNoop(t *testing.T) {
 func TestUpDifferentPlanIsAnErrorUnlessRecreate(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	if _, err := e.p.Up(context.Background(), mustPlan(t, Request{Clusters: 2})); err != nil {
+	if _, err := e.p.Up(context.Background(), mustPlan(t, model.Request{Clusters: 2})); err != nil {
 		t.Fatal(err)
 	}
-	changed := mustPlan(t, Request{Clusters: 2, Workers: 1, Networks: 2})
+	changed := mustPlan(t, model.Request{Clusters: 2, Workers: 1, Networks: 2})
 	_, err := e.p.Up(context.Background(), changed)
 	if err == nil {
 		t.Fatal("a different plan was accepted")
@@ -182,7 +185,7 @@ func TestUpFailureExportsLogsAndDeletesWhatItCreated(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			// cluster1 exists already and must survive a failed run.
-			if _, err := e.p.Up(context.Background(), mustPlan(t, Request{Clusters: 1})); err != nil {
+			if _, err := e.p.Up(context.Background(), mustPlan(t, model.Request{Clusters: 1})); err != nil {
 				t.Fatal(err)
 			}
 			e.kind.createHook = func(name string) error {
@@ -191,7 +194,7 @@ func TestUpFailureExportsLogsAndDeletesWhatItCreated(t *testing.T) {
 				}
 				return nil
 			}
-			_, err := e.p.Up(context.Background(), mustPlan(t, Request{Clusters: 3}), UpWithRetain(retain))
+			_, err := e.p.Up(context.Background(), mustPlan(t, model.Request{Clusters: 3}), UpWithRetain(retain))
 			if err == nil || !strings.Contains(err.Error(), `cluster "cluster3"`) || !strings.Contains(err.Error(), "kubeadm init failed") {
 				t.Fatalf("error %v", err)
 			}
@@ -233,7 +236,7 @@ func TestUpInterruptDeletesClustersBeingCreated(t *testing.T) {
 		}
 	}
 	go func() { started.Wait(); cancel() }()
-	_, err := e.p.Up(ctx, mustPlan(t, Request{Clusters: 2}))
+	_, err := e.p.Up(ctx, mustPlan(t, model.Request{Clusters: 2}))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("want context.Canceled, got %v", err)
 	}
@@ -249,23 +252,23 @@ func TestUpRefusesWhatIsNotItsOwn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	// Another environment's cluster with the same kind name.
-	other := mustPlan(t, Request{Clusters: 1, Env: "other", NamePrefix: new(string)})
+	other := mustPlan(t, model.Request{Clusters: 1, Env: "other", NamePrefix: new(string)})
 	if _, err := e.p.Up(context.Background(), other); err != nil {
 		t.Fatal(err)
 	}
 	// A kind cluster meshctl never recorded.
-	e.kind.add("cluster2", mustPlan(t, Request{Clusters: 2}).KindConfig(mustPlan(t, Request{Clusters: 2}).Clusters[1]))
-	_, err := e.p.Up(context.Background(), mustPlan(t, Request{Clusters: 2}), UpWithRecreate(true))
+	e.kind.add("cluster2", mustPlan(t, model.Request{Clusters: 2}).KindConfig(mustPlan(t, model.Request{Clusters: 2}).Clusters[1]))
+	_, err := e.p.Up(context.Background(), mustPlan(t, model.Request{Clusters: 2}), UpWithRecreate(true))
 	if err == nil || !strings.Contains(err.Error(), `belongs to environment "other"`) {
 		t.Fatalf("error %v", err)
 	}
-	_, err = e.p.Up(context.Background(), mustPlan(t, Request{Clusters: 2, NamePrefix: ptr("p-")}))
+	_, err = e.p.Up(context.Background(), mustPlan(t, model.Request{Clusters: 2, NamePrefix: ptr("p-")}))
 	if err != nil {
 		t.Fatalf("side by side with a prefix: %v", err)
 	}
 	e2 := newEnv(t)
-	e2.kind.add("cluster1", mustPlan(t, Request{Clusters: 1}).KindConfig(mustPlan(t, Request{Clusters: 1}).Clusters[0]))
-	_, err = e2.p.Up(context.Background(), mustPlan(t, Request{Clusters: 1}))
+	e2.kind.add("cluster1", mustPlan(t, model.Request{Clusters: 1}).KindConfig(mustPlan(t, model.Request{Clusters: 1}).Clusters[0]))
+	_, err = e2.p.Up(context.Background(), mustPlan(t, model.Request{Clusters: 1}))
 	if err == nil || !strings.Contains(err.Error(), "not created by meshctl") {
 		t.Fatalf("error %v", err)
 	}
@@ -275,7 +278,7 @@ func TestUpNeedsDocker(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.docker.down = true
-	_, err := e.p.Up(context.Background(), mustPlan(t, Request{Clusters: 1}))
+	_, err := e.p.Up(context.Background(), mustPlan(t, model.Request{Clusters: 1}))
 	if !errors.Is(err, ErrNoDocker) || !strings.Contains(err.Error(), "systemctl start docker") {
 		t.Fatalf("error %v", err)
 	}
@@ -288,7 +291,7 @@ func TestUpRejectsSubnetsOverlappingTheKindNetwork(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.docker.network = `[{"Subnet":"10.20.0.0/16","Gateway":"10.20.0.1"},{"Subnet":"fc00:f853:ccd:e793::/64"}]`
-	_, err := e.p.Up(context.Background(), mustPlan(t, Request{Clusters: 2}))
+	_, err := e.p.Up(context.Background(), mustPlan(t, model.Request{Clusters: 2}))
 	if err == nil || !strings.Contains(err.Error(), `cluster "cluster2": podSubnet 10.20.0.0/16 overlaps the docker network "kind" (10.20.0.0/16)`) {
 		t.Fatalf("error %v", err)
 	}
@@ -301,13 +304,13 @@ func TestDownStatusListKubeconfig(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	plan := mustPlan(t, Request{Clusters: 2, Env: "dev", Workers: 1, Registry: Registry{Enabled: true}})
+	plan := mustPlan(t, model.Request{Clusters: 2, Env: "dev", Workers: 1, Registry: model.Registry{Enabled: true}})
 	if _, err := e.p.Up(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
 	e.docker.network = `[{"Subnet":"172.18.0.0/16"}]`
 
-	st, err := e.p.Status(ctx, "dev", DefaultRegistryName)
+	st, err := e.p.Status(ctx, "dev", model.DefaultRegistryName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,11 +337,11 @@ func TestDownStatusListKubeconfig(t *testing.T) {
 		t.Errorf("unknown env: %v", err)
 	}
 
-	res, err := e.p.Down(ctx, "dev", DownWithRegistry(DefaultRegistryName))
+	res, err := e.p.Down(ctx, "dev", DownWithRegistry(model.DefaultRegistryName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(sorted(res.Deleted), " ") != "dev-cluster1 dev-cluster2" || res.Registry != DefaultRegistryName || res.Network != "kind" {
+	if strings.Join(sorted(res.Deleted), " ") != "dev-cluster1 dev-cluster2" || res.Registry != model.DefaultRegistryName || res.Network != "kind" {
 		t.Errorf("down %+v", res)
 	}
 	for _, c := range plan.Clusters {
@@ -358,10 +361,10 @@ func TestDownNamedClusters(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.p.Up(ctx, mustPlan(t, Request{Clusters: 1, Env: "a"})); err != nil {
+	if _, err := e.p.Up(ctx, mustPlan(t, model.Request{Clusters: 1, Env: "a"})); err != nil {
 		t.Fatal(err)
 	}
-	e.kind.add("leftover", mustPlan(t, Request{Clusters: 1}).KindConfig(mustPlan(t, Request{Clusters: 1}).Clusters[0]))
+	e.kind.add("leftover", mustPlan(t, model.Request{Clusters: 1}).KindConfig(mustPlan(t, model.Request{Clusters: 1}).Clusters[0]))
 	if _, err := e.p.Down(ctx, "b", DownWithClusters("a-cluster1")); err == nil || !strings.Contains(err.Error(), `belongs to environment "a"`) {
 		t.Errorf("deleting another environment's cluster by name: %v", err)
 	}
@@ -390,9 +393,9 @@ func ptr[T any](v T) *T { return &v }
 func TestUpRejectsSubnetsOverlappingTheKindNetworkToBe(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t) // no kind network yet
-	plan := mustPlan(t, Request{Specs: []Spec{
+	plan := mustPlan(t, model.Request{Specs: []model.Spec{
 		{Name: "one", PodSubnet: "172.18.0.0/16"},
-		{Name: "two", IPFamily: IPv6, PodSubnet: "fc00:f853:ccd:e700::/56"},
+		{Name: "two", IPFamily: model.IPv6, PodSubnet: "fc00:f853:ccd:e700::/56"},
 	}})
 	_, err := e.p.Up(context.Background(), plan)
 	for _, w := range []string{

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshctl/meshctl/internal/parallel"
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/install/image"
 	"github.com/meshctl/meshctl/pkg/install/installer"
@@ -61,7 +61,7 @@ func (r *InstallReport) Failed() []string {
 // about input or reachability, per-cluster failures are in the report (see
 // InstallReport.Failed). With WithIstio, Istio's control plane follows
 // (see installIstio); WithInstall(false) leaves the dataplane out.
-func (m *Config) install(ctx context.Context, plan *cluster.Plan, gateways ...gateway.ClusterResult) (*InstallReport, error) {
+func (m *Config) install(ctx context.Context, plan *model.Plan, gateways ...gateway.ClusterResult) (*InstallReport, error) {
 	ctx, unlock, err := m.lock(ctx, plan.Env, "install")
 	if err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ func (m *Config) install(ctx context.Context, plan *cluster.Plan, gateways ...ga
 	return report, nil
 }
 
-func (m *Config) installDataplane(ctx context.Context, plan *cluster.Plan, gateways []gateway.ClusterResult) (*InstallReport, error) {
+func (m *Config) installDataplane(ctx context.Context, plan *model.Plan, gateways []gateway.ClusterResult) (*InstallReport, error) {
 	prep, err := m.prepareInstall(plan, gateways)
 	if err != nil {
 		return nil, err
@@ -134,7 +134,7 @@ type preparedInstall struct {
 // validateInstall checks what Install would install into plan's clusters
 // without touching any of them, so `up` can refuse bad values, a bad image
 // or an existing cluster without an image source before creating anything.
-func (m *Config) validateInstall(plan *cluster.Plan) error {
+func (m *Config) validateInstall(plan *model.Plan) error {
 	if m.o.install {
 		if _, err := m.prepareInstall(plan, nil); err != nil {
 			return err
@@ -151,7 +151,7 @@ func (m *Config) validateInstall(plan *cluster.Plan) error {
 // prepareInstall renders and checks everything Install needs: values
 // against the charts' schemas, the image, and where existing clusters will
 // get the image from.
-func (m *Config) prepareInstall(plan *cluster.Plan, gateways []gateway.ClusterResult) (*preparedInstall, error) {
+func (m *Config) prepareInstall(plan *model.Plan, gateways []gateway.ClusterResult) (*preparedInstall, error) {
 	rendered, err := m.renderValues(plan, gateways)
 	if err != nil {
 		return nil, err
@@ -189,7 +189,7 @@ func (m *Config) prepareInstall(plan *cluster.Plan, gateways []gateway.ClusterRe
 // renderValues renders every cluster's values as `meshctl values render`
 // does, with the east-west gateway addresses the user gave, and those
 // connect found for the other networks.
-func (m *Config) renderValues(plan *cluster.Plan, gateways []gateway.ClusterResult) ([]values.Cluster, error) {
+func (m *Config) renderValues(plan *model.Plan, gateways []gateway.ClusterResult) ([]values.Cluster, error) {
 	// Where connect exposed a primary's istiod comes first: an address the
 	// user gave (in valuesOpts) overrides it.
 	var vopts []values.Option
@@ -255,7 +255,7 @@ func userImage(v map[string]any) bool {
 // parallel, the dataplane before the CNI; then the dataplane image Install
 // side-loaded, from the nodes of the kind clusters whose releases are gone
 // (see removeImage: failures there are warnings).
-func (m *Config) uninstall(ctx context.Context, env string, cs []cluster.ClusterPlan, namespace string) (*installer.Result, error) {
+func (m *Config) uninstall(ctx context.Context, env string, cs []model.ClusterPlan, namespace string) (*installer.Result, error) {
 	ctx, unlock, err := m.lock(ctx, env, "uninstall")
 	if err != nil {
 		return nil, err
@@ -298,7 +298,7 @@ func (m *Config) uninstall(ctx context.Context, env string, cs []cluster.Cluster
 // containers on this machine (they pulled the image from a registry, which
 // meshctl leaves alone). Nothing here fails the uninstall — the charts are
 // gone already — so every problem is a warning, naming the node.
-func (m *Config) removeImage(ctx context.Context, env string, cs []cluster.ClusterPlan, res *installer.Result) {
+func (m *Config) removeImage(ctx context.Context, env string, cs []model.ClusterPlan, res *installer.Result) {
 	failed := map[string]bool{}
 	for _, c := range res.Clusters {
 		if c.Error != "" {
@@ -319,7 +319,7 @@ func (m *Config) removeImage(ctx context.Context, env string, cs []cluster.Clust
 		m.o.logger.Warnf("leaving the dataplane image on the kind nodes: %v", err)
 		return
 	}
-	nodes, err := m.kindNodes(ctx, env, func(c cluster.ClusterPlan) bool { return targets[c.Name] })
+	nodes, err := m.kindNodes(ctx, env, func(c model.ClusterPlan) bool { return targets[c.Name] })
 	m.warnEach(fmt.Sprintf("leaving %s in place: ", img.ContainerdRef()), err)
 	if len(nodes) == 0 {
 		return
@@ -362,7 +362,7 @@ func fillDefaults(v map[string]any, key string, defaults map[string]any) {
 // meshCIDRs are the pod subnets the proxy reaches directly over HBONE: its
 // own cluster's and those of the clusters on its network (connect routes
 // them). Other networks are reached through their east-west gateway.
-func meshCIDRs(plan *cluster.Plan, c cluster.ClusterPlan) []any {
+func meshCIDRs(plan *model.Plan, c model.ClusterPlan) []any {
 	var out []any
 	for _, o := range plan.Clusters {
 		if o.Network == c.Network {
@@ -406,8 +406,8 @@ func requireCacerts(ctx context.Context, clients *kubeclient.Factory, targets []
 
 // loadImage side-loads the image into every node of every kind cluster of
 // plan (existing clusters pull it from the registry it was pushed to).
-func (m *Config) loadImage(ctx context.Context, plan *cluster.Plan, img *image.Image, report *InstallReport) error {
-	nodes, err := m.kindNodes(ctx, plan.Env, func(c cluster.ClusterPlan) bool {
+func (m *Config) loadImage(ctx context.Context, plan *model.Plan, img *image.Image, report *InstallReport) error {
+	nodes, err := m.kindNodes(ctx, plan.Env, func(c model.ClusterPlan) bool {
 		pc, ok := plan.Cluster(c.Name)
 		return ok && !pc.Existing
 	})
@@ -440,7 +440,7 @@ func (m *Config) loadImage(ctx context.Context, plan *cluster.Plan, img *image.I
 // clusters of env that include selects. A cluster whose nodes cannot be read
 // is an error naming it (joined with the others'); the nodes of the rest are
 // returned with it.
-func (m *Config) kindNodes(ctx context.Context, env string, include func(cluster.ClusterPlan) bool) ([]image.Node, error) {
+func (m *Config) kindNodes(ctx context.Context, env string, include func(model.ClusterPlan) bool) ([]image.Node, error) {
 	st, err := m.p.Status(ctx, env, "")
 	if err != nil {
 		return nil, err

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/install/image"
 	"github.com/meshctl/meshctl/pkg/install/installer"
@@ -59,7 +59,7 @@ type preparedIstio struct {
 // prepareIstio finds the charts, renders every cluster's values (exactly
 // `values render`'s, plus the images) and checks them, and checks that an
 // offline-built image is in the host's Docker; it touches no cluster.
-func (m *Config) prepareIstio(ctx context.Context, plan *cluster.Plan, gateways []gateway.ClusterResult) (*preparedIstio, error) {
+func (m *Config) prepareIstio(ctx context.Context, plan *model.Plan, gateways []gateway.ClusterResult) (*preparedIstio, error) {
 	o := m.o.istio
 	charts := o.charts
 	if charts == "" {
@@ -108,7 +108,7 @@ func offline(ref string) bool { return strings.HasPrefix(ref, istio.DefaultHub+"
 // host's Docker has it (otherwise the nodes pull it), then the clusters that
 // run their own control plane in parallel, then the remotes. The error is
 // about input (nothing was touched); per-cluster failures are in the report.
-func (m *Config) installIstio(ctx context.Context, plan *cluster.Plan, gateways ...gateway.ClusterResult) (*IstioReport, error) {
+func (m *Config) installIstio(ctx context.Context, plan *model.Plan, gateways ...gateway.ClusterResult) (*IstioReport, error) {
 	if m.o.istio == nil {
 		return nil, errors.New("mesh: installing Istio needs WithIstio")
 	}
@@ -138,8 +138,8 @@ func (m *Config) installIstio(ctx context.Context, plan *cluster.Plan, gateways 
 
 // loadIstioImages side-loads each image the host's Docker has into the kind
 // nodes of plan that lack it.
-func (m *Config) loadIstioImages(ctx context.Context, plan *cluster.Plan, refs []string, report *IstioReport) error {
-	nodes, err := m.kindNodes(ctx, plan.Env, func(c cluster.ClusterPlan) bool {
+func (m *Config) loadIstioImages(ctx context.Context, plan *model.Plan, refs []string, report *IstioReport) error {
+	nodes, err := m.kindNodes(ctx, plan.Env, func(c model.ClusterPlan) bool {
 		pc, ok := plan.Cluster(c.Name)
 		return ok && !pc.Existing
 	})
@@ -188,7 +188,7 @@ func (m *Config) loadIstioImages(ctx context.Context, plan *cluster.Plan, refs [
 // uninstallIstio removes Istio's releases from the clusters cs of env,
 // remotes first; it needs no charts. Only releases that were there are
 // reported, so an environment without Istio reads as before.
-func (m *Config) uninstallIstio(ctx context.Context, env string, cs []cluster.ClusterPlan, namespace string) (*installer.Result, error) {
+func (m *Config) uninstallIstio(ctx context.Context, env string, cs []model.ClusterPlan, namespace string) (*installer.Result, error) {
 	var targets []istio.Target
 	for _, c := range cs {
 		targets = append(targets, istio.Target{Primary: c.PrimaryClusterName, Target: installer.Target{

@@ -34,6 +34,7 @@ import (
 
 	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
 	"github.com/meshctl/meshctl/pkg/connect/routes"
@@ -48,15 +49,15 @@ import (
 // is one): creating and deleting clusters, reading an environment, and
 // running commands on kind nodes. Tests substitute it.
 type Provider interface {
-	Up(ctx context.Context, plan *cluster.Plan, opts ...cluster.UpOption) (*cluster.UpResult, error)
+	Up(ctx context.Context, plan *model.Plan, opts ...cluster.UpOption) (*cluster.UpResult, error)
 	Down(ctx context.Context, env string, opts ...cluster.DownOption) (*cluster.DownResult, error)
-	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
-	ClusterKubeconfig(ctx context.Context, c cluster.ClusterPlan, internal bool) ([]byte, error)
+	Environment(ctx context.Context, env string) ([]model.ClusterPlan, error)
+	ClusterKubeconfig(ctx context.Context, c model.ClusterPlan, internal bool) ([]byte, error)
 	KubeconfigPath(env, name string, internal bool) string
 	Status(ctx context.Context, env, registry string) (*cluster.StatusResult, error)
 	Exec(ctx context.Context, kindName, node string, stdin []byte, argv ...string) error
-	List(ctx context.Context) ([]cluster.Existing, error)
-	SetPools(ctx context.Context, kindName string, pools *cluster.Pools) error
+	List(ctx context.Context) ([]cluster.Listed, error)
+	SetPools(ctx context.Context, kindName string, pools *model.Pools) error
 }
 
 // Steps of Up, as StepError names them.
@@ -221,7 +222,7 @@ type Result struct {
 
 // up creates (or reuses) the plan's clusters and runs every enabled step.
 // The result holds what was done even when a step fails.
-func (m *Config) up(ctx context.Context, plan *cluster.Plan) (*Result, error) {
+func (m *Config) up(ctx context.Context, plan *model.Plan) (*Result, error) {
 	if m.o.cacerts && m.o.artifacts == "" {
 		return nil, errors.New("mesh: the cacerts step needs WithArtifacts (where the CA files live)")
 	}

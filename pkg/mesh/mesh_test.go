@@ -15,6 +15,7 @@ import (
 	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/internal/testbin"
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/install/image"
 	"github.com/meshctl/meshctl/pkg/install/installer"
 	"github.com/meshctl/meshctl/pkg/install/values"
@@ -33,11 +34,11 @@ type fakeProvider struct {
 	execs    []string
 	execFail map[string]bool
 	// clusters are Environment's; downs records each Down.
-	clusters []cluster.ClusterPlan
+	clusters []model.ClusterPlan
 	downs    []string
 }
 
-func (f *fakeProvider) Up(_ context.Context, plan *cluster.Plan, _ ...cluster.UpOption) (*cluster.UpResult, error) {
+func (f *fakeProvider) Up(_ context.Context, plan *model.Plan, _ ...cluster.UpOption) (*cluster.UpResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ups++
@@ -56,11 +57,11 @@ func (f *fakeProvider) Down(_ context.Context, env string, opts ...cluster.DownO
 	return &cluster.DownResult{Env: env}, nil
 }
 
-func (f *fakeProvider) Environment(context.Context, string) ([]cluster.ClusterPlan, error) {
+func (f *fakeProvider) Environment(context.Context, string) ([]model.ClusterPlan, error) {
 	return f.clusters, nil
 }
 
-func (f *fakeProvider) ClusterKubeconfig(context.Context, cluster.ClusterPlan, bool) ([]byte, error) {
+func (f *fakeProvider) ClusterKubeconfig(context.Context, model.ClusterPlan, bool) ([]byte, error) {
 	return nil, errors.New("no kubeconfig")
 }
 
@@ -82,9 +83,9 @@ func (f *fakeProvider) Exec(_ context.Context, kindName, node string, _ []byte, 
 	return nil
 }
 
-func (f *fakeProvider) List(context.Context) ([]cluster.Existing, error) { return nil, nil }
+func (f *fakeProvider) List(context.Context) ([]cluster.Listed, error) { return nil, nil }
 
-func (f *fakeProvider) SetPools(context.Context, string, *cluster.Pools) error {
+func (f *fakeProvider) SetPools(context.Context, string, *model.Pools) error {
 	return errors.New("no clusters")
 }
 
@@ -93,9 +94,9 @@ func staticBinary(t *testing.T) string {
 	return testbin.Static(t, "meshctl", "package main\n\nfunc main() {}\n")
 }
 
-func plan(t *testing.T, existing ...int) *cluster.Plan {
+func plan(t *testing.T, existing ...int) *model.Plan {
 	t.Helper()
-	p, err := cluster.NewPlan(cluster.Request{Env: "mt", Clusters: 3})
+	p, err := model.NewPlan(model.Request{Env: "mt", Clusters: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestUpRefusesBeforeCreating(t *testing.T) {
 	bin := staticBinary(t)
 	tests := []struct {
 		name string
-		plan *cluster.Plan
+		plan *model.Plan
 		opts []Option
 		want []string
 	}{
@@ -179,7 +180,7 @@ func TestStepErrorKeepsWhatWasDone(t *testing.T) {
 // cluster, never an error.
 func TestUninstallRemovesTheImage(t *testing.T) {
 	kindCluster := func(name string, nodes ...string) cluster.ClusterStatus {
-		c := cluster.ClusterStatus{ClusterPlan: cluster.ClusterPlan{Name: name, KindName: "mt-" + name}, Ready: true}
+		c := cluster.ClusterStatus{ClusterPlan: model.ClusterPlan{Name: name, KindName: "mt-" + name}, Ready: true}
 		for _, n := range nodes {
 			c.Nodes = append(c.Nodes, cluster.NodeStatus{Name: "mt-" + name + "-" + n})
 		}
@@ -187,7 +188,7 @@ func TestUninstallRemovesTheImage(t *testing.T) {
 	}
 	unreadable := kindCluster("cluster4")
 	unreadable.Error = "connection refused"
-	existing := cluster.ClusterStatus{ClusterPlan: cluster.ClusterPlan{Name: "cluster3", Existing: true},
+	existing := cluster.ClusterStatus{ClusterPlan: model.ClusterPlan{Name: "cluster3", Existing: true},
 		Nodes: []cluster.NodeStatus{{Name: "cloud-node"}}}
 	p := &fakeProvider{dir: t.TempDir(), execFail: map[string]bool{"mt-cluster1-worker": true},
 		status: &cluster.StatusResult{Env: "mt", Clusters: []cluster.ClusterStatus{
@@ -199,7 +200,7 @@ func TestUninstallRemovesTheImage(t *testing.T) {
 		}}}
 	var logs bytes.Buffer
 	b := NewConfig(p, WithLogger(cli.NewLogger(&logs)), WithImage(image.WithBinary(staticBinary(t)), image.WithTag("t1")))
-	var cs []cluster.ClusterPlan
+	var cs []model.ClusterPlan
 	for _, c := range p.status.Clusters[:4] { // cluster5 is not being uninstalled
 		cs = append(cs, c.ClusterPlan)
 	}
@@ -257,18 +258,18 @@ func TestDownUninstallsBeforeDeleting(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	kind := cluster.ClusterPlan{Name: "kind1", KindName: "mt-kind1"}
-	ext := cluster.ClusterPlan{Name: "ext", Existing: true}
+	kind := model.ClusterPlan{Name: "kind1", KindName: "mt-kind1"}
+	ext := model.ClusterPlan{Name: "ext", Existing: true}
 	tests := []struct {
 		name          string
-		clusters      []cluster.ClusterPlan
+		clusters      []model.ClusterPlan
 		uninstallOnly bool
 		wantErr       string // empty: no Helm step, Down goes ahead
 		notIn         string // a cluster the Helm step must leave alone
 	}{
-		{"kind clusters only", []cluster.ClusterPlan{kind}, false, "", ""},
-		{"an existing cluster", []cluster.ClusterPlan{kind, ext}, false, `cluster "ext" is unreachable`, `"kind1"`},
-		{"uninstall only", []cluster.ClusterPlan{kind}, true, `cluster "kind1" is unreachable`, ""},
+		{"kind clusters only", []model.ClusterPlan{kind}, false, "", ""},
+		{"an existing cluster", []model.ClusterPlan{kind, ext}, false, `cluster "ext" is unreachable`, `"kind1"`},
+		{"uninstall only", []model.ClusterPlan{kind}, true, `cluster "kind1" is unreachable`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/install/installer"
 )
@@ -20,7 +21,7 @@ func NewUp(cfg *Config) *Up { return &Up{cfg: cfg} }
 // Run brings plan up. What the install would refuse (bad values, an image
 // no cluster could get) is refused before any cluster is created. The
 // result holds what was done even when a step fails (a *StepError).
-func (u *Up) Run(ctx context.Context, plan *cluster.Plan) (*Result, error) {
+func (u *Up) Run(ctx context.Context, plan *model.Plan) (*Result, error) {
 	return u.cfg.up(ctx, plan)
 }
 
@@ -50,13 +51,13 @@ func NewInstall(cfg *Config) *Install { return &Install{cfg: cfg} }
 // checked in full before anything is changed: the error is about input or
 // reachability, per-cluster failures are in the report (see
 // InstallReport.Failed).
-func (i *Install) Run(ctx context.Context, plan *cluster.Plan, gateways ...gateway.ClusterResult) (*InstallReport, error) {
+func (i *Install) Run(ctx context.Context, plan *model.Plan, gateways ...gateway.ClusterResult) (*InstallReport, error) {
 	return i.cfg.install(ctx, plan, gateways...)
 }
 
 // Validate checks what Run would install into plan's clusters without
 // touching any of them.
-func (i *Install) Validate(plan *cluster.Plan) error { return i.cfg.validateInstall(plan) }
+func (i *Install) Validate(plan *model.Plan) error { return i.cfg.validateInstall(plan) }
 
 // Uninstall removes meshctl's releases (and Istio's, where there are any)
 // from clusters of an environment.
@@ -75,7 +76,7 @@ func NewUninstall(cfg *Config) *Uninstall {
 // dataplane before the CNI; then the dataplane image Install side-loaded,
 // from the nodes of the kind clusters whose releases are gone (failures
 // there are warnings). Per-cluster failures are in the result.
-func (u *Uninstall) Run(ctx context.Context, env string, cs []cluster.ClusterPlan) (*installer.Result, error) {
+func (u *Uninstall) Run(ctx context.Context, env string, cs []model.ClusterPlan) (*installer.Result, error) {
 	return u.cfg.uninstall(ctx, env, cs, u.Namespace)
 }
 
@@ -117,7 +118,7 @@ func (d *Down) uninstallKept(ctx context.Context, env string) error {
 	if err != nil {
 		return err
 	}
-	var kept []cluster.ClusterPlan
+	var kept []model.ClusterPlan
 	for _, c := range cs {
 		if c.Existing || d.UninstallOnly {
 			kept = append(kept, c)
@@ -151,7 +152,7 @@ type Status struct {
 
 // NewStatus returns the Status verb, for the default registry.
 func NewStatus(cfg *Config) *Status {
-	return &Status{cfg: cfg, Registry: cluster.DefaultRegistryName}
+	return &Status{cfg: cfg, Registry: model.DefaultRegistryName}
 }
 
 // Run reads env.

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
@@ -110,7 +110,7 @@ func (e *Env) Clusters() []*Cluster { return slices.Clone(e.clusters) }
 func (e *Env) Primaries() []*Cluster {
 	var out []*Cluster
 	for _, c := range e.clusters {
-		if c.Is(cluster.RolePrimary) {
+		if c.Is(model.RolePrimary) {
 			out = append(out, c)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshctl/meshctl/internal/fsutil"
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/install/image"
 	"github.com/meshctl/meshctl/pkg/mesh"
 )
@@ -104,7 +105,7 @@ func WithKeep(b bool) Option { return func(o *options) { o.cfg.Keep = b } }
 
 // WithRegistry runs a local registry as `meshctl up` does (off by default:
 // a suite's images are usually side-loaded).
-func WithRegistry(r cluster.Registry) Option { return func(o *options) { o.cfg.Registry = r } }
+func WithRegistry(r model.Registry) Option { return func(o *options) { o.cfg.Registry = r } }
 
 // WithEchoImage sets the image DeployEcho runs.
 func WithEchoImage(image string) Option { return func(o *options) { o.cfg.EchoImage = image } }
@@ -178,7 +179,7 @@ func create(ctx context.Context, o options) (description, error) {
 		// Reuse without a stated topology takes the environment as it is.
 		return reuse(ctx, o.prov, cfg, nil)
 	}
-	plan, err := cluster.NewPlan(req)
+	plan, err := model.NewPlan(req)
 	if err != nil {
 		return description{}, fmt.Errorf("meshtest: the topology cannot be satisfied: %w", err)
 	}
@@ -192,7 +193,7 @@ func create(ctx context.Context, o options) (description, error) {
 // in parallel or reused as planned), routes between clusters on one network
 // and east-west gateways between networks, remote secrets, each cluster's
 // intermediate of a shared root CA, and with WithInstall the dataplane.
-func up(ctx context.Context, p provider, logger log.Logger, cfg config, plan *cluster.Plan, extra []mesh.Option) (description, error) {
+func up(ctx context.Context, p provider, logger log.Logger, cfg config, plan *model.Plan, extra []mesh.Option) (description, error) {
 	opts := []mesh.Option{
 		mesh.WithLogger(logger), mesh.WithArtifacts(cfg.Artifacts),
 		mesh.WithUpOptions(cluster.UpWithWait(cfg.Wait)),
@@ -242,10 +243,10 @@ func up(ctx context.Context, p provider, logger log.Logger, cfg config, plan *cl
 // kubeconfigs are read from the clusters themselves and written under this
 // run's artifacts directory, so the suite works whatever --artifacts
 // `meshctl up` had.
-func reuse(ctx context.Context, p provider, cfg config, plan *cluster.Plan) (description, error) {
+func reuse(ctx context.Context, p provider, cfg config, plan *model.Plan) (description, error) {
 	env := cfg.Env
 	if env == "" {
-		env = cluster.DefaultEnv
+		env = model.DefaultEnv
 	}
 	have, err := p.Environment(ctx, env)
 	if err != nil {
@@ -273,7 +274,7 @@ func reuse(ctx context.Context, p provider, cfg config, plan *cluster.Plan) (des
 // the topology a suite wants: cluster count and names, networks, and who is
 // primary or config for whom. Subnets and images are not compared: the
 // existing clusters' own are the truth the suite then works with.
-func match(env string, plan *cluster.Plan, have []cluster.ClusterPlan) error {
+func match(env string, plan *model.Plan, have []model.ClusterPlan) error {
 	fix := fmt.Sprintf("create it with `meshctl up --env %s` and the same topology, or run without -meshtest.reuse", env)
 	if len(have) == 0 {
 		return fmt.Errorf("meshtest: -meshtest.reuse: environment %q has no clusters on this machine; %s", env, fix)
@@ -281,7 +282,7 @@ func match(env string, plan *cluster.Plan, have []cluster.ClusterPlan) error {
 	if plan == nil {
 		return nil
 	}
-	byName := map[string]cluster.ClusterPlan{}
+	byName := map[string]model.ClusterPlan{}
 	for _, c := range have {
 		byName[c.Name] = c
 	}
@@ -320,7 +321,7 @@ func match(env string, plan *cluster.Plan, have []cluster.ClusterPlan) error {
 		env, fix, strings.Join(diffs, "\n  "))
 }
 
-func names(cs []cluster.ClusterPlan) string {
+func names(cs []model.ClusterPlan) string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
 		out[i] = c.Name
@@ -329,7 +330,7 @@ func names(cs []cluster.ClusterPlan) string {
 	return strings.Join(out, ", ")
 }
 
-func descFor(c cluster.ClusterPlan, kubeconfig string) clusterDesc {
+func descFor(c model.ClusterPlan, kubeconfig string) clusterDesc {
 	return clusterDesc{
 		Name: c.Name, KindName: c.KindName, Network: c.Network, Roles: c.Roles,
 		PrimaryClusterName: c.PrimaryClusterName, ConfigClusterName: c.ConfigClusterName,

@@ -12,14 +12,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kind/pkg/log"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
 	"github.com/meshctl/meshctl/pkg/install/meshca"
 )
 
-func mustPlan(t *testing.T, req cluster.Request) *cluster.Plan {
+func mustPlan(t *testing.T, req model.Request) *model.Plan {
 	t.Helper()
-	p, err := cluster.NewPlan(req)
+	p, err := model.NewPlan(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,16 +28,16 @@ func mustPlan(t *testing.T, req cluster.Request) *cluster.Plan {
 
 func TestMatch(t *testing.T) {
 	t.Parallel()
-	want := mustPlan(t, cluster.Request{Env: "mt", Clusters: 2})
+	want := mustPlan(t, model.Request{Env: "mt", Clusters: 2})
 	two := want.Clusters
-	threeOnTwoNetworks := mustPlan(t, cluster.Request{Env: "mt", Clusters: 3, Networks: 2}).Clusters
-	remote := mustPlan(t, cluster.Request{Env: "mt", Specs: []cluster.Spec{{Name: "cluster1"}, {Name: "cluster2", PrimaryClusterName: "cluster1"}}}).Clusters
-	renamed := mustPlan(t, cluster.Request{Env: "mt", Specs: []cluster.Spec{{Name: "east"}, {Name: "west"}}}).Clusters
+	threeOnTwoNetworks := mustPlan(t, model.Request{Env: "mt", Clusters: 3, Networks: 2}).Clusters
+	remote := mustPlan(t, model.Request{Env: "mt", Specs: []model.Spec{{Name: "cluster1"}, {Name: "cluster2", PrimaryClusterName: "cluster1"}}}).Clusters
+	renamed := mustPlan(t, model.Request{Env: "mt", Specs: []model.Spec{{Name: "east"}, {Name: "west"}}}).Clusters
 
 	for _, tc := range []struct {
 		name  string
-		plan  *cluster.Plan
-		have  []cluster.ClusterPlan
+		plan  *model.Plan
+		have  []model.ClusterPlan
 		wants []string // substrings of the one error; none: a match
 	}{
 		{"same clusters", want, two, nil},
@@ -75,7 +75,7 @@ func TestMatch(t *testing.T) {
 func TestCreateFailsBeforeTouchingAnything(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	existing := &fakeProvider{dir: dir, env: "mt", clusters: mustPlan(t, cluster.Request{Env: "mt", Clusters: 3, Networks: 2}).Clusters}
+	existing := &fakeProvider{dir: dir, env: "mt", clusters: mustPlan(t, model.Request{Env: "mt", Clusters: 3, Networks: 2}).Clusters}
 	bad := filepath.Join(dir, "bad.json")
 	if err := os.WriteFile(bad, []byte(`[{"clusterName": "a", "podSubnet": "10.1.0.0/16", "workers": "two"}]`), 0o644); err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestCreateFailsBeforeTouchingAnything(t *testing.T) {
 		{"reuse mismatch", []Option{WithEnv("mt"), WithReuse(true), WithClusters(2)},
 			[]string{`-meshtest.reuse: environment "mt" does not match the topology`, "it has 3 cluster(s)", `cluster "cluster3": not in the topology`}},
 		{"reuse of nothing", []Option{WithEnv("other"), WithReuse(true)}, []string{`environment "other" has no clusters`}},
-		{"too many clusters", []Option{WithEnv("mt"), WithClusters(cluster.MaxGeneratedClusters + 1)}, []string{"the topology cannot be satisfied"}},
+		{"too many clusters", []Option{WithEnv("mt"), WithClusters(model.MaxGeneratedClusters + 1)}, []string{"the topology cannot be satisfied"}},
 		{"bad topology file", []Option{WithEnv("mt"), WithTopology(bad)}, []string{bad, "workers: want a whole number"}},
 		{"missing topology file", []Option{WithEnv("mt"), WithTopology(filepath.Join(dir, "nope.json"))}, []string{"nope.json"}},
 	} {
@@ -190,7 +190,7 @@ func TestIntegrationCreateAndReuse(t *testing.T) {
 			t.Errorf("cluster %s: remote secret for %s: %v", c.Name, other, err)
 		}
 	}
-	if got := e.Primaries(); len(got) != 2 || !got[0].Is(cluster.RolePrimary) {
+	if got := e.Primaries(); len(got) != 2 || !got[0].Is(model.RolePrimary) {
 		t.Errorf("primaries: %v", got)
 	}
 

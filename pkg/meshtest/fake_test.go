@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/kind/pkg/log"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
@@ -24,13 +25,13 @@ type fakeProvider struct {
 	mu          sync.Mutex
 	dir         string // where Up writes kubeconfigs
 	env         string
-	clusters    []cluster.ClusterPlan
+	clusters    []model.ClusterPlan
 	kubeconfigs [][]byte // by cluster index; nil: a kubeconfig that points nowhere
 	execs       []string
 	downs       []string
 	upErr       error
 	upAction    string
-	pools       map[string]*cluster.Pools // by kind name
+	pools       map[string]*model.Pools // by kind name
 }
 
 func (f *fakeProvider) kubeconfig(i int) []byte {
@@ -40,7 +41,7 @@ func (f *fakeProvider) kubeconfig(i int) []byte {
 	return kubeconfigFor(&rest.Config{Host: "https://127.0.0.1:1"})
 }
 
-func (f *fakeProvider) Up(_ context.Context, plan *cluster.Plan, _ ...cluster.UpOption) (*cluster.UpResult, error) {
+func (f *fakeProvider) Up(_ context.Context, plan *model.Plan, _ ...cluster.UpOption) (*cluster.UpResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.upErr != nil {
@@ -66,16 +67,16 @@ func (f *fakeProvider) KubeconfigPath(env, name string, _ bool) string {
 	return filepath.Join(f.dir, env, name, "kubeconfig")
 }
 
-func (f *fakeProvider) Environment(_ context.Context, env string) ([]cluster.ClusterPlan, error) {
+func (f *fakeProvider) Environment(_ context.Context, env string) ([]model.ClusterPlan, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if env != f.env {
 		return nil, nil
 	}
-	return append([]cluster.ClusterPlan(nil), f.clusters...), nil
+	return append([]model.ClusterPlan(nil), f.clusters...), nil
 }
 
-func (f *fakeProvider) ClusterKubeconfig(_ context.Context, want cluster.ClusterPlan, _ bool) ([]byte, error) {
+func (f *fakeProvider) ClusterKubeconfig(_ context.Context, want model.ClusterPlan, _ bool) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, c := range f.clusters {
@@ -112,12 +113,12 @@ func (f *fakeProvider) Down(_ context.Context, env string, opts ...cluster.DownO
 
 // List reports the environment's clusters with their records, as
 // cluster.Provider does for every kind cluster on the machine.
-func (f *fakeProvider) List(context.Context) ([]cluster.Existing, error) {
+func (f *fakeProvider) List(context.Context) ([]cluster.Listed, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []cluster.Existing
+	var out []cluster.Listed
 	for _, c := range f.clusters {
-		rec := &cluster.Record{Env: f.env, Cluster: c, Pools: &cluster.Pools{}}
+		rec := &model.Record{Env: f.env, Cluster: c, Pools: &model.Pools{}}
 		if p, ok := f.pools[c.KindName]; ok {
 			rec.Pools = p
 		}
@@ -125,16 +126,16 @@ func (f *fakeProvider) List(context.Context) ([]cluster.Existing, error) {
 		if c.Existing {
 			kindName = ""
 		}
-		out = append(out, cluster.Existing{KindName: kindName, Record: rec})
+		out = append(out, cluster.Listed{KindName: kindName, Record: rec})
 	}
 	return out, nil
 }
 
-func (f *fakeProvider) SetPools(_ context.Context, kindName string, pools *cluster.Pools) error {
+func (f *fakeProvider) SetPools(_ context.Context, kindName string, pools *model.Pools) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.pools == nil {
-		f.pools = map[string]*cluster.Pools{}
+		f.pools = map[string]*model.Pools{}
 	}
 	f.pools[kindName] = pools
 	return nil

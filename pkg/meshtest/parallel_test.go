@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
@@ -118,7 +118,7 @@ func TestIntegrationParallelProcesses(t *testing.T) {
 		t.Errorf("meshctl's steps ran in processes %v, want only in process 1", stepsBy)
 	}
 	// The teardown ran, after every process's specs (which saw the claim).
-	_, err = east.CoreV1().ConfigMaps(cluster.ClaimNamespace).Get(context.Background(), cluster.ClaimName, metav1.GetOptions{})
+	_, err = east.CoreV1().ConfigMaps(model.ClaimNamespace).Get(context.Background(), model.ClaimName, metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("claim after the suite: %v, want it removed by the teardown", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // config is everything an environment is made from. Its value comes, in
@@ -24,7 +25,7 @@ type config struct {
 	Artifacts string
 	Reuse     bool
 	Keep      bool
-	Registry  cluster.Registry
+	Registry  model.Registry
 	EchoImage string
 	Wait      time.Duration
 	// What `meshctl up` does beyond the clusters.
@@ -41,9 +42,9 @@ const DefaultEchoImage = "meshctl/busybox:latest"
 
 func defaultConfig() config {
 	return config{
-		Env:       cluster.DefaultEnv,
+		Env:       model.DefaultEnv,
 		Artifacts: cluster.DefaultArtifacts,
-		Registry:  cluster.Registry{Enabled: false, Name: cluster.DefaultRegistryName, Port: cluster.DefaultRegistryPort, Image: cluster.DefaultRegistryImage},
+		Registry:  model.Registry{Enabled: false, Name: model.DefaultRegistryName, Port: model.DefaultRegistryPort, Image: model.DefaultRegistryImage},
 		EchoImage: DefaultEchoImage,
 		Wait:      cluster.DefaultWait,
 		// As `meshctl up`; the install is opt-in because it needs a
@@ -184,9 +185,9 @@ func (fs flagSet) resolve(base config, getenv func(string) string) (config, erro
 	return c, nil
 }
 
-// request is the cluster.Request the settings describe.
-func (c config) request() (cluster.Request, error) {
-	req := cluster.Request{
+// request is the model.Request the settings describe.
+func (c config) request() (model.Request, error) {
+	req := model.Request{
 		Env:      c.Env,
 		Clusters: c.Clusters,
 		Networks: c.Networks,
@@ -194,7 +195,7 @@ func (c config) request() (cluster.Request, error) {
 		Registry: c.Registry,
 	}
 	if c.Topology != "" {
-		specs, err := cluster.LoadTopology(c.Topology)
+		specs, err := model.LoadTopology(c.Topology)
 		if err != nil {
 			return req, err
 		}

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // The helpers run in a Ginkgo suite, as users run them, against two real
@@ -38,7 +38,7 @@ func TestIntegrationHelpers(t *testing.T) {
 	suiteProvider.dir = suiteArtifacts
 	suiteProvider.env = "mt"
 	suiteProvider.kubeconfigs = kcs
-	plan, err := cluster.NewPlan(cluster.Request{Env: "mt", Clusters: 2})
+	plan, err := model.NewPlan(model.Request{Env: "mt", Clusters: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ var _ = ginkgo.Describe("an environment", func() {
 			gomega.Expect(c.Name).To(gomega.Equal(fmt.Sprintf("cluster%d", i+1)))
 			gomega.Expect(c.KindName).To(gomega.Equal("mt-" + c.Name))
 			gomega.Expect(c.Network).To(gomega.Equal("network-1"))
-			gomega.Expect(c.Is(cluster.RolePrimary)).To(gomega.BeTrue())
+			gomega.Expect(c.Is(model.RolePrimary)).To(gomega.BeTrue())
 			_, err := c.Kube.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 			gomega.Expect(err).NotTo(gomega.HaveOccurred())
 			var ns corev1.Namespace

@@ -21,6 +21,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
@@ -115,7 +116,7 @@ var _ = Describe("an environment mixing kind with an existing cluster", Ordered,
 		st, err := os.Stat(res.Clusters[1].Kubeconfig)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(st.Mode().Perm()).To(Equal(os.FileMode(0o600)))
-		claim, err := clientset(res.Clusters[1].Kubeconfig).CoreV1().ConfigMaps(cluster.ClaimNamespace).Get(context.Background(), cluster.ClaimName, metav1.GetOptions{})
+		claim, err := clientset(res.Clusters[1].Kubeconfig).CoreV1().ConfigMaps(model.ClaimNamespace).Get(context.Background(), model.ClaimName, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(claim.Data).To(HaveKeyWithValue("env", xenv))
 

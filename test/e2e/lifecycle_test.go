@@ -176,7 +176,7 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 	faultSpecs(env, func() []string { return upArgs })
 
 	It("lists the environment", func() {
-		var all []cluster.Existing
+		var all []cluster.Listed
 		meshctlJSON(&all, "list")
 		var ours []string
 		for _, e := range all {

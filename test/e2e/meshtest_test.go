@@ -10,7 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
@@ -29,7 +29,7 @@ var _ = Describe("the meshtest framework", Ordered, func() {
 			meshtest.WithEnv(name), meshtest.WithClusters(2),
 			meshtest.WithImage(suite.image), meshtest.WithEchoImage(suite.testImage),
 			meshtest.WithArtifacts(suite.artifacts),
-			meshtest.WithRegistry(cluster.Registry{Enabled: true, Name: "meshctl-" + name + "-registry", Port: port, Image: suite.registryImage}),
+			meshtest.WithRegistry(model.Registry{Enabled: true, Name: "meshctl-" + name + "-registry", Port: port, Image: suite.registryImage}),
 			meshtest.WithKeep(keep()),
 		)
 		setCurrent(mesh) // cleared before Setup's teardown runs

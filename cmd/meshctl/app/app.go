@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // Streams are the command's standard streams; tests replace them.
@@ -107,7 +108,7 @@ Flags win over environment variables, which win over the config file.`,
 	}
 	pf, o := flags{root.PersistentFlags()}, &g.opts
 	pf.stringVar(&o.Config, "config", "", "meshctl config file (YAML; keys are flag names)")
-	pf.stringVar(&o.Env, "env", cluster.DefaultEnv, "environment name: environments with different names live side by side")
+	pf.stringVar(&o.Env, "env", model.DefaultEnv, "environment name: environments with different names live side by side")
 	pf.stringVar(&o.Artifacts, "artifacts", cluster.DefaultArtifacts, "directory for kubeconfigs, logs and other artifacts")
 	pf.intVarP(&o.Verbosity, "verbosity", "v", 0, unboundedLo, unboundedHi, "log verbosity: 1 shows each cluster's progress, 2 and more shows details")
 	pf.boolVarP(&o.Quiet, "quiet", "q", false, "print only errors and the result")

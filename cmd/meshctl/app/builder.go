@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/install/image"
 	"github.com/meshctl/meshctl/pkg/mesh"
 )
@@ -69,7 +69,7 @@ func stepHint(err error) error {
 
 // environmentPlan is the plan of an environment that exists: what install
 // and uninstall work on.
-func (g *globals) environmentPlan(cmd *cobra.Command) (*cluster.Plan, error) {
+func (g *globals) environmentPlan(cmd *cobra.Command) (*model.Plan, error) {
 	env := g.opts.Env
 	cs, err := g.provider().Environment(cmd.Context(), env)
 	if err != nil {
@@ -78,5 +78,5 @@ func (g *globals) environmentPlan(cmd *cobra.Command) (*cluster.Plan, error) {
 	if len(cs) == 0 {
 		return nil, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
 	}
-	return &cluster.Plan{Env: env, Clusters: cs}, nil
+	return &model.Plan{Env: env, Clusters: cs}, nil
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
@@ -74,7 +74,7 @@ kind clusters and keeps them.`,
 	f := flags{cmd.Flags()}
 	f.boolVar(&o.Registry, "registry", false, "also delete the local registry container")
 	f.boolVar(&o.UninstallOnly, "uninstall-only", false, "keep the kind clusters too: only remove what meshctl installed (as down always does for existing clusters)")
-	f.stringVar(&o.RegistryName, "registry-name", cluster.DefaultRegistryName, "name of the registry container")
+	f.stringVar(&o.RegistryName, "registry-name", model.DefaultRegistryName, "name of the registry container")
 	o.install.addTimeoutFlag(f, "how long each chart's uninstall may take (existing clusters, --uninstall-only)")
 	addOutputFlag(f, &o.Output)
 	return cmd

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // Printing of existing (non-kind) clusters, shared by up, status, list and
@@ -21,7 +22,7 @@ func kindNameOrExisting(kindName string) string {
 }
 
 // kindConfigOf is the kind config of a kind cluster, none for an existing one.
-func kindConfigOf(p *cluster.Plan, c cluster.ClusterPlan) *v1alpha4.Cluster {
+func kindConfigOf(p *model.Plan, c model.ClusterPlan) *v1alpha4.Cluster {
 	if c.Existing {
 		return nil
 	}
@@ -29,7 +30,7 @@ func kindConfigOf(p *cluster.Plan, c cluster.ClusterPlan) *v1alpha4.Cluster {
 }
 
 // describeCluster says what a cluster is, for status.
-func describeCluster(c cluster.ClusterPlan) string {
+func describeCluster(c model.ClusterPlan) string {
 	if !c.Existing {
 		return "kind cluster " + c.KindName
 	}
@@ -43,7 +44,7 @@ func describeCluster(c cluster.ClusterPlan) string {
 	return s
 }
 
-func printExistingPlan(w io.Writer, c cluster.ClusterPlan) {
+func printExistingPlan(w io.Writer, c model.ClusterPlan) {
 	fmt.Fprintf(w, "\n%s (existing cluster: used as it is, never created or deleted)\n", c.Name)
 	fmt.Fprintf(w, "  network:          %s\n", c.Network)
 	fmt.Fprintf(w, "  roles:            %s\n", strings.Join(c.Roles, ", "))
@@ -69,7 +70,7 @@ func printUninstalled(w io.Writer, us []cluster.Uninstalled) {
 }
 
 // printDiscovery says where an existing cluster's subnets come from.
-func printDiscovery(w io.Writer, c cluster.ClusterPlan) {
+func printDiscovery(w io.Writer, c model.ClusterPlan) {
 	if d := c.Discovery; d != nil {
 		fmt.Fprintf(w, "  pods from %s; services from %s\n", d.PodSubnetsFrom, d.ServiceSubnetsFrom)
 	}

@@ -26,7 +26,7 @@ func newListCommand(g *globals) *cobra.Command {
 				return err
 			}
 			if all == nil {
-				all = []cluster.Existing{}
+				all = []cluster.Listed{}
 			}
 			return print(g.streams.Out, o.Output, all, func(w io.Writer) error {
 				t := newTable(w, "ENV", "CLUSTER", "KIND CLUSTER", "NETWORK", "ROLES")

@@ -1,7 +1,7 @@
 package app
 
 import (
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // planFlags describe an environment's clusters. Commands that work from the
@@ -19,10 +19,10 @@ func (o *planFlags) addFlags(f flags) {
 	// A given count is at least 1: 0 means "not given" to the library.
 	f.intVar(&o.Clusters, "clusters", 0, 1, maxClusters, "number of clusters, named cluster1..N (default 1 without --topology)")
 	f.intVar(&o.Networks, "networks", 0, 1, maxNetworks, "spread the clusters round-robin over this many networks (default 1)")
-	f.stringVar(&o.IPFamily, "ip-family", cluster.IPv4, "ipv4, ipv6 or dual")
+	f.stringVar(&o.IPFamily, "ip-family", model.IPv4, "ipv4, ipv6 or dual")
 }
 
 // request is the plan's request from these flags; up adds its own.
-func (o *planFlags) request(env string) cluster.Request {
-	return cluster.Request{Env: env, Clusters: o.Clusters, Networks: o.Networks, IPFamily: o.IPFamily}
+func (o *planFlags) request(env string) model.Request {
+	return model.Request{Env: env, Clusters: o.Clusters, Networks: o.Networks, IPFamily: o.IPFamily}
 }

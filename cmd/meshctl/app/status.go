@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/mesh"
 )
 
@@ -42,7 +43,7 @@ func newStatusCommand(g *globals) *cobra.Command {
 		},
 	}
 	f := flags{cmd.Flags()}
-	f.stringVar(&o.RegistryName, "registry-name", cluster.DefaultRegistryName, "name of the registry container")
+	f.stringVar(&o.RegistryName, "registry-name", model.DefaultRegistryName, "name of the registry container")
 	f.boolVar(&o.Check, "check", false, "exit 1, naming every problem, unless the environment is Ready (for scripts)")
 	addOutputFlag(f, &o.Output)
 	return cmd

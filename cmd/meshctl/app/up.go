@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/mesh"
 )
@@ -107,9 +108,9 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 	o.istio.addFlags(f)
 	o.values.addFlags(f)
 	f.boolVar(&o.Registry, "registry", true, "run a local registry (localhost:<registry-port>) that every node pulls from")
-	f.stringVar(&o.RegistryName, "registry-name", cluster.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")
-	f.imageVar(&o.RegistryImage, "registry-image", cluster.DefaultRegistryImage, "image of the local registry container")
-	f.intVar(&o.RegistryPort, "registry-port", cluster.DefaultRegistryPort, 1, 65535, "host port of the local registry")
+	f.stringVar(&o.RegistryName, "registry-name", model.DefaultRegistryName, "name of the local registry container (nodes reach it as <name>:5000)")
+	f.imageVar(&o.RegistryImage, "registry-image", model.DefaultRegistryImage, "image of the local registry container")
+	f.intVar(&o.RegistryPort, "registry-port", model.DefaultRegistryPort, 1, 65535, "host port of the local registry")
 	o.gateways.addFlags(f)
 	addOutputFlag(f, &o.Output)
 	return cmd
@@ -117,12 +118,12 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 
 // plan builds and validates the plan from the plan flags and, for up, the
 // rest of up's (nil for the commands that have only the plan flags).
-func (g *globals) plan(p *planFlags, up *upOptions) (*cluster.Plan, error) {
+func (g *globals) plan(p *planFlags, up *upOptions) (*model.Plan, error) {
 	req := p.request(g.opts.Env)
 	if up != nil {
 		req.Workers = up.Workers
 		req.Image = up.Image
-		req.Registry = cluster.Registry{
+		req.Registry = model.Registry{
 			Enabled: up.Registry,
 			Name:    up.RegistryName,
 			Image:   up.RegistryImage,
@@ -133,7 +134,7 @@ func (g *globals) plan(p *planFlags, up *upOptions) (*cluster.Plan, error) {
 		}
 	}
 	if p.Topology != "" {
-		specs, err := cluster.LoadTopology(p.Topology)
+		specs, err := model.LoadTopology(p.Topology)
 		if err != nil {
 			return nil, err
 		}
@@ -144,7 +145,7 @@ func (g *globals) plan(p *planFlags, up *upOptions) (*cluster.Plan, error) {
 			}
 		}
 	}
-	plan, err := cluster.NewPlan(req)
+	plan, err := model.NewPlan(req)
 	if err != nil {
 		return nil, err
 	}
@@ -161,17 +162,17 @@ func (g *globals) plan(p *planFlags, up *upOptions) (*cluster.Plan, error) {
 // dryRun is the plan as -o json|yaml prints it: each cluster with its
 // rendered kind config.
 type dryRun struct {
-	Env      string           `json:"env"`
-	Registry cluster.Registry `json:"registry"`
-	Clusters []dryRunCluster  `json:"clusters"`
+	Env      string          `json:"env"`
+	Registry model.Registry  `json:"registry"`
+	Clusters []dryRunCluster `json:"clusters"`
 }
 
 type dryRunCluster struct {
-	cluster.ClusterPlan
+	model.ClusterPlan
 	KindConfig *v1alpha4.Cluster `json:"kindConfig,omitempty"` // none for an existing cluster
 }
 
-func newDryRun(p *cluster.Plan) dryRun {
+func newDryRun(p *model.Plan) dryRun {
 	d := dryRun{Env: p.Env, Registry: p.Registry}
 	for _, c := range p.Clusters {
 		d.Clusters = append(d.Clusters, dryRunCluster{ClusterPlan: c, KindConfig: kindConfigOf(p, c)})
@@ -179,7 +180,7 @@ func newDryRun(p *cluster.Plan) dryRun {
 	return d
 }
 
-func printPlan(w io.Writer, p *cluster.Plan) error {
+func printPlan(w io.Writer, p *model.Plan) error {
 	reg := "no local registry"
 	if p.Registry.Enabled {
 		reg = fmt.Sprintf("registry %s on localhost:%d (image %s)", p.Registry.Name, p.Registry.Port, p.Registry.Image)

@@ -15,15 +15,15 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/kind/pkg/log"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // Source gives an environment's clusters and their kubeconfigs;
 // cluster.Provider is one.
 type Source interface {
-	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
-	ClusterKubeconfig(ctx context.Context, c cluster.ClusterPlan, internal bool) ([]byte, error)
+	Environment(ctx context.Context, env string) ([]model.ClusterPlan, error)
+	ClusterKubeconfig(ctx context.Context, c model.ClusterPlan, internal bool) ([]byte, error)
 }
 
 // Defaults.
@@ -138,7 +138,7 @@ func (r *Result) Failed() []Probe {
 
 // run is one cluster during a check.
 type run struct {
-	plan   cluster.ClusterPlan
+	plan   model.ClusterPlan
 	client kubernetes.Interface
 	cfg    *rest.Config
 	podIPs []string

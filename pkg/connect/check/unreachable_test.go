@@ -7,18 +7,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // partialEnv is an environment of two clusters: one missing (its
 // kubeconfig cannot be read), one whose API server refuses connections.
 type partialEnv struct{ server string }
 
-func (partialEnv) Environment(context.Context, string) ([]cluster.ClusterPlan, error) {
-	return []cluster.ClusterPlan{{Name: "c1", KindName: "c1", Network: "network-1"}, {Name: "c2", KindName: "c2", Network: "network-1"}}, nil
+func (partialEnv) Environment(context.Context, string) ([]model.ClusterPlan, error) {
+	return []model.ClusterPlan{{Name: "c1", KindName: "c1", Network: "network-1"}, {Name: "c2", KindName: "c2", Network: "network-1"}}, nil
 }
 
-func (s partialEnv) ClusterKubeconfig(_ context.Context, c cluster.ClusterPlan, _ bool) ([]byte, error) {
+func (s partialEnv) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, _ bool) ([]byte, error) {
 	if c.Name == "c1" {
 		return nil, fmt.Errorf("cluster %q: reading kubeconfig: kind cluster c1 does not exist", c.Name)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshctl/meshctl/internal/parallel"
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // maxClaimAttempts bounds how often claimPools starts over after its claim
@@ -33,7 +34,7 @@ const maxClaimAttempts = 8
 // retries after a random pause, searching from a random block, and sees the
 // other's claim once it stands. A claim is never withdrawn after it stood:
 // it stays with the cluster, for reruns, until the cluster is deleted.
-func (i *Installer) claimPools(ctx context.Context, env string, plans []cluster.ClusterPlan, subnets []netip.Prefix) ([][]netip.Prefix, error) {
+func (i *Installer) claimPools(ctx context.Context, env string, plans []model.ClusterPlan, subnets []netip.Prefix) ([][]netip.Prefix, error) {
 	for attempt := 1; ; attempt++ {
 		all, err := i.source.List(ctx)
 		if err != nil {
@@ -76,8 +77,8 @@ func (i *Installer) claimPools(ctx context.Context, env string, plans []cluster.
 		if len(changed) == 0 {
 			return pools, nil
 		}
-		claim := func(k int) *cluster.Pools {
-			p := &cluster.Pools{DockerNetwork: i.network}
+		claim := func(k int) *model.Pools {
+			p := &model.Pools{DockerNetwork: i.network}
 			for _, x := range pools[k] {
 				p.CIDRs = append(p.CIDRs, x.String())
 			}
@@ -97,7 +98,7 @@ func (i *Installer) claimPools(ctx context.Context, env string, plans []cluster.
 		// a withdrawal restores the record as it was: nil, for a cluster an
 		// older meshctl connected, keeps its blocks inferred
 		prev := previous(all)
-		if err := i.record(ctx, plans, changed, func(k int) *cluster.Pools { return prev[plans[k].KindName] }); err != nil {
+		if err := i.record(ctx, plans, changed, func(k int) *model.Pools { return prev[plans[k].KindName] }); err != nil {
 			return nil, fmt.Errorf("withdrawing a load-balancer pool claim that collided with %s: %w", clash, err)
 		}
 		if attempt == maxClaimAttempts {
@@ -114,7 +115,7 @@ func (i *Installer) claimPools(ctx context.Context, env string, plans []cluster.
 
 // requests are env's kind clusters, as indexes into plans, with the pools
 // each holds (per plan, nil for existing clusters).
-func requests(env string, plans []cluster.ClusterPlan, hs []holder) (reqs []request, idx []int, had [][]netip.Prefix) {
+func requests(env string, plans []model.ClusterPlan, hs []holder) (reqs []request, idx []int, had [][]netip.Prefix) {
 	recorded := map[string][]netip.Prefix{}
 	for _, h := range hs {
 		if h.env == env && !h.inferred {
@@ -136,7 +137,7 @@ func requests(env string, plans []cluster.ClusterPlan, hs []holder) (reqs []requ
 // warnMoves says when a cluster's gateway address may change: its recorded
 // pools left the docker network's subnets (the network was recreated), or
 // an older meshctl gave it a block another environment holds now.
-func (i *Installer) warnMoves(plans []cluster.ClusterPlan, changed []int, had, pools [][]netip.Prefix, prev map[string]*cluster.Pools, subnets []netip.Prefix) {
+func (i *Installer) warnMoves(plans []model.ClusterPlan, changed []int, had, pools [][]netip.Prefix, prev map[string]*model.Pools, subnets []netip.Prefix) {
 	chosen, _ := familySubnets(i.network, subnets)
 	for _, k := range changed {
 		p := plans[k]
@@ -158,8 +159,8 @@ func (i *Installer) warnMoves(plans []cluster.ClusterPlan, changed []int, had, p
 }
 
 // previous is each kind cluster's record of pools, by kind name.
-func previous(all []cluster.Existing) map[string]*cluster.Pools {
-	out := map[string]*cluster.Pools{}
+func previous(all []cluster.Listed) map[string]*model.Pools {
+	out := map[string]*model.Pools{}
 	for _, e := range all {
 		if e.Record != nil && e.KindName != "" {
 			out[e.KindName] = e.Record.Pools
@@ -169,7 +170,7 @@ func previous(all []cluster.Existing) map[string]*cluster.Pools {
 }
 
 // record writes pools(k) into the records of the clusters changed.
-func (i *Installer) record(ctx context.Context, plans []cluster.ClusterPlan, changed []int, pools func(int) *cluster.Pools) error {
+func (i *Installer) record(ctx context.Context, plans []model.ClusterPlan, changed []int, pools func(int) *model.Pools) error {
 	return parallel.ForEach(changed, func(k int) error {
 		if err := i.source.SetPools(ctx, plans[k].KindName, pools(k)); err != nil {
 			return fmt.Errorf("cluster %s: %w", plans[k].Name, err)

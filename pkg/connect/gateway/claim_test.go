@@ -14,14 +14,15 @@ import (
 	"github.com/meshctl/meshctl/internal/cli"
 	"github.com/meshctl/meshctl/internal/syncbuf"
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // twoNetworks is a multi-network environment of n kind clusters.
-func twoNetworks(env string, n int) []cluster.ClusterPlan {
-	var out []cluster.ClusterPlan
+func twoNetworks(env string, n int) []model.ClusterPlan {
+	var out []model.ClusterPlan
 	for i := range n {
-		out = append(out, cluster.ClusterPlan{Name: fmt.Sprintf("cluster%d", i+1), KindName: fmt.Sprintf("%s-cluster%d", env, i+1),
-			Network: fmt.Sprintf("network-%d", i%2+1), IPFamily: cluster.Dual})
+		out = append(out, model.ClusterPlan{Name: fmt.Sprintf("cluster%d", i+1), KindName: fmt.Sprintf("%s-cluster%d", env, i+1),
+			Network: fmt.Sprintf("network-%d", i%2+1), IPFamily: model.Dual})
 	}
 	return out
 }
@@ -32,7 +33,7 @@ type countingMachine struct {
 	writes atomic.Int32
 }
 
-func (m *countingMachine) SetPools(ctx context.Context, kindName string, pools *cluster.Pools) error {
+func (m *countingMachine) SetPools(ctx context.Context, kindName string, pools *model.Pools) error {
 	m.writes.Add(1)
 	return m.machine.SetPools(ctx, kindName, pools)
 }
@@ -41,21 +42,21 @@ func (m *countingMachine) SetPools(ctx context.Context, kindName string, pools *
 // claimPools reads.
 type recordsOnly struct {
 	records interface {
-		List(context.Context) ([]cluster.Existing, error)
-		SetPools(context.Context, string, *cluster.Pools) error
+		List(context.Context) ([]cluster.Listed, error)
+		SetPools(context.Context, string, *model.Pools) error
 	}
 }
 
-func (r recordsOnly) Environment(context.Context, string) ([]cluster.ClusterPlan, error) {
+func (r recordsOnly) Environment(context.Context, string) ([]model.ClusterPlan, error) {
 	return nil, fmt.Errorf("not here")
 }
-func (r recordsOnly) ClusterKubeconfig(context.Context, cluster.ClusterPlan, bool) ([]byte, error) {
+func (r recordsOnly) ClusterKubeconfig(context.Context, model.ClusterPlan, bool) ([]byte, error) {
 	return nil, fmt.Errorf("not here")
 }
-func (r recordsOnly) List(ctx context.Context) ([]cluster.Existing, error) {
+func (r recordsOnly) List(ctx context.Context) ([]cluster.Listed, error) {
 	return r.records.List(ctx)
 }
-func (r recordsOnly) SetPools(ctx context.Context, kindName string, p *cluster.Pools) error {
+func (r recordsOnly) SetPools(ctx context.Context, kindName string, p *model.Pools) error {
 	return r.records.SetPools(ctx, kindName, p)
 }
 
@@ -65,7 +66,7 @@ func claimer(src Source) *Installer {
 	return i
 }
 
-func claim(src Source, env string, plans []cluster.ClusterPlan) ([][]netip.Prefix, error) {
+func claim(src Source, env string, plans []model.ClusterPlan) ([][]netip.Prefix, error) {
 	i := claimer(src)
 	return i.claimPools(context.Background(), env, plans, i.subnets)
 }
@@ -85,7 +86,7 @@ func TestClaimPools(t *testing.T) {
 
 	envs := []struct {
 		env   string
-		plans []cluster.ClusterPlan
+		plans []model.ClusterPlan
 	}{{"a", a}, {"b", b}, {"old", legacy}}
 	got := map[string]string{}
 	for _, e := range envs {
@@ -150,7 +151,7 @@ func TestClaimPoolsFullSubnet(t *testing.T) {
 	m := &countingMachine{machine: newMachine()}
 	a := twoNetworks("a", 6)
 	m.add("a", a...)
-	b := append(twoNetworks("b", 2), cluster.ClusterPlan{Name: "cloud", Network: "network-3", Existing: true})
+	b := append(twoNetworks("b", 2), model.ClusterPlan{Name: "cloud", Network: "network-3", Existing: true})
 	m.add("b", b...)
 	i := New(recordsOnly{m}, WithSubnets(netip.MustParsePrefix("192.168.1.0/24")))
 	if _, err := i.claimPools(context.Background(), "a", a, i.subnets); err != nil {
@@ -178,7 +179,7 @@ func TestClaimPoolsConcurrent(t *testing.T) {
 	for round := range 20 {
 		m := newMachine()
 		m.pause = func(string) { time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond) }
-		envs := map[string][]cluster.ClusterPlan{}
+		envs := map[string][]model.ClusterPlan{}
 		for e := range 4 {
 			name := fmt.Sprintf("e%d", e)
 			envs[name] = twoNetworks(name, 2)
@@ -253,7 +254,7 @@ func TestClaimPoolsCollision(t *testing.T) {
 	logger := cli.NewLogger(&out, cli.WithVerbosity(1))
 	got := make([][][]netip.Prefix, 2)
 	var wg sync.WaitGroup
-	for k, plans := range [][]cluster.ClusterPlan{a, b} {
+	for k, plans := range [][]model.ClusterPlan{a, b} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -280,7 +281,7 @@ func TestClaimPoolsCollision(t *testing.T) {
 			}
 		}
 	}
-	for k, plans := range [][]cluster.ClusterPlan{a, b} {
+	for k, plans := range [][]model.ClusterPlan{a, b} {
 		for j, p := range plans {
 			if rec := strings.Join(m.pools(p.KindName), ","); rec != join(got[k][j]) {
 				t.Errorf("%s recorded %s, claimed %s", p.KindName, rec, join(got[k][j]))

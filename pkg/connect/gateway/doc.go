@@ -14,7 +14,7 @@
 // Every kind cluster on the docker network shares it, whatever its
 // environment, so pools are allocated machine-wide (pools.go, claim.go):
 // each cluster's pools are recorded in meshctl's record of it on its
-// control-plane node (cluster.Record.Pools), a rerun keeps them, and an
+// control-plane node (model.Record.Pools), a rerun keeps them, and an
 // environment gets only blocks that no cluster of another environment holds
 // — two MetalLB speakers answering ARP for one address would break
 // cross-network traffic. Claims are optimistic: written, read back, and

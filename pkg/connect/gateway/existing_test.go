@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
@@ -24,8 +24,8 @@ func TestIntegrationExistingClusterGetsOnlyTheService(t *testing.T) {
 	}
 	kindCfg, existingCfg := testenv.New(t), testenv.New(t)
 	src := newEnvSource(nil, "gw", map[string]*rest.Config{"kind1": kindCfg, "cloud": existingCfg},
-		cluster.ClusterPlan{Name: "cloud", Network: "network-2", Existing: true},
-		cluster.ClusterPlan{Name: "kind1", KindName: "gw-kind1", Network: "network-1"})
+		model.ClusterPlan{Name: "cloud", Network: "network-2", Existing: true},
+		model.ClusterPlan{Name: "kind1", KindName: "gw-kind1", Network: "network-1"})
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	standIn(ctx, t, kindCfg)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/kind/pkg/log"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
@@ -25,10 +26,10 @@ const DefaultTimeout = 5 * time.Minute
 // every cluster on the machine with meshctl's record of it, where each kind
 // cluster's load-balancer pools are recorded; cluster.Provider is one.
 type Source interface {
-	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
-	ClusterKubeconfig(ctx context.Context, c cluster.ClusterPlan, internal bool) ([]byte, error)
-	List(ctx context.Context) ([]cluster.Existing, error)
-	SetPools(ctx context.Context, kindName string, pools *cluster.Pools) error
+	Environment(ctx context.Context, env string) ([]model.ClusterPlan, error)
+	ClusterKubeconfig(ctx context.Context, c model.ClusterPlan, internal bool) ([]byte, error)
+	List(ctx context.Context) ([]cluster.Listed, error)
+	SetPools(ctx context.Context, kindName string, pools *model.Pools) error
 }
 
 // ImageLoader makes images available to a kind cluster's nodes.
@@ -186,7 +187,7 @@ func (r *Result) GatewayAddresses() map[string][]string {
 // cluster is touched.
 type target struct {
 	index int
-	plan  cluster.ClusterPlan
+	plan  model.ClusterPlan
 	pools []netip.Prefix
 	cfg   *rest.Config
 	// gateway: an east-west gateway (more than one network); istiod: the
@@ -211,7 +212,7 @@ func (i *Installer) Install(ctx context.Context, env string) (*Result, error) {
 	if !res.MultiNetwork {
 		// One network: no gateways; MetalLB only where remotes need an
 		// address for their primary's istiod.
-		plans = slices.DeleteFunc(slices.Clone(plans), func(p cluster.ClusterPlan) bool { return !primaries[p.Name] })
+		plans = slices.DeleteFunc(slices.Clone(plans), func(p model.ClusterPlan) bool { return !primaries[p.Name] })
 		if len(plans) == 0 {
 			return res, nil
 		}
@@ -250,7 +251,7 @@ func inPools(addr string, pools []netip.Prefix) bool {
 
 // PrimariesOfRemotes names the clusters of plans that another cluster has
 // as its primary: those expose their istiod to their remotes.
-func PrimariesOfRemotes(plans []cluster.ClusterPlan) map[string]bool {
+func PrimariesOfRemotes(plans []model.ClusterPlan) map[string]bool {
 	out := map[string]bool{}
 	for _, p := range plans {
 		if p.PrimaryClusterName != "" && p.PrimaryClusterName != p.Name {
@@ -260,7 +261,7 @@ func PrimariesOfRemotes(plans []cluster.ClusterPlan) map[string]bool {
 	return out
 }
 
-func multiNetwork(plans []cluster.ClusterPlan) bool {
+func multiNetwork(plans []model.ClusterPlan) bool {
 	for _, p := range plans[1:] {
 		if p.Network != plans[0].Network {
 			return true
@@ -272,7 +273,7 @@ func multiNetwork(plans []cluster.ClusterPlan) bool {
 // targets validates everything before anything is changed — every
 // kubeconfig reads and the pools fit the docker network — then claims the
 // pools.
-func (i *Installer) targets(ctx context.Context, env string, plans []cluster.ClusterPlan, multi bool, primaries map[string]bool) ([]target, error) {
+func (i *Installer) targets(ctx context.Context, env string, plans []model.ClusterPlan, multi bool, primaries map[string]bool) ([]target, error) {
 	var out []target
 	for k, p := range plans {
 		kc, err := i.source.ClusterKubeconfig(ctx, p, false)
@@ -310,7 +311,7 @@ func (i *Installer) targets(ctx context.Context, env string, plans []cluster.Clu
 	return out, nil
 }
 
-func anyKind(plans []cluster.ClusterPlan) bool {
+func anyKind(plans []model.ClusterPlan) bool {
 	for _, p := range plans {
 		if !p.Existing {
 			return true

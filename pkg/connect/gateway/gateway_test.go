@@ -22,6 +22,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
@@ -30,25 +31,25 @@ import (
 // play several environments on one docker network.
 type machine struct {
 	mu      sync.Mutex
-	records map[string]cluster.Record // by kind name
+	records map[string]model.Record // by kind name
 	// pause, when set, runs before each read ("list") and write
 	// ("set"): it lets concurrent claims interleave.
 	pause func(op string)
 }
 
-func newMachine() *machine { return &machine{records: map[string]cluster.Record{}} }
+func newMachine() *machine { return &machine{records: map[string]model.Record{}} }
 
 // add records clusters as meshctl creates them: with empty pools.
-func (m *machine) add(env string, plans ...cluster.ClusterPlan) {
-	m.addRecords(env, &cluster.Pools{}, plans...)
+func (m *machine) add(env string, plans ...model.ClusterPlan) {
+	m.addRecords(env, &model.Pools{}, plans...)
 }
 
 // addLegacy records clusters as a meshctl that did not record pools did.
-func (m *machine) addLegacy(env string, plans ...cluster.ClusterPlan) {
+func (m *machine) addLegacy(env string, plans ...model.ClusterPlan) {
 	m.addRecords(env, nil, plans...)
 }
 
-func (m *machine) addRecords(env string, pools *cluster.Pools, plans ...cluster.ClusterPlan) {
+func (m *machine) addRecords(env string, pools *model.Pools, plans ...model.ClusterPlan) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range plans {
@@ -56,17 +57,17 @@ func (m *machine) addRecords(env string, pools *cluster.Pools, plans ...cluster.
 		if p.Existing {
 			name = "existing/" + env + "/" + p.Name // an existing cluster's record is local
 		}
-		m.records[name] = cluster.Record{Env: env, Cluster: p, Pools: pools}
+		m.records[name] = model.Record{Env: env, Cluster: p, Pools: pools}
 	}
 }
 
-func (m *machine) List(context.Context) ([]cluster.Existing, error) {
+func (m *machine) List(context.Context) ([]cluster.Listed, error) {
 	if m.pause != nil {
 		m.pause("list")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []cluster.Existing
+	var out []cluster.Listed
 	for name, r := range m.records {
 		if r.Pools != nil {
 			p := *r.Pools
@@ -75,12 +76,12 @@ func (m *machine) List(context.Context) ([]cluster.Existing, error) {
 		if r.Cluster.Existing {
 			name = ""
 		}
-		out = append(out, cluster.Existing{KindName: name, Record: &r})
+		out = append(out, cluster.Listed{KindName: name, Record: &r})
 	}
 	return out, nil
 }
 
-func (m *machine) SetPools(_ context.Context, kindName string, pools *cluster.Pools) error {
+func (m *machine) SetPools(_ context.Context, kindName string, pools *model.Pools) error {
 	if m.pause != nil {
 		m.pause("set")
 	}
@@ -109,12 +110,12 @@ func (m *machine) pools(kindName string) []string {
 // machine shared with other environments.
 type envSource struct {
 	*machine
-	plans   []cluster.ClusterPlan
+	plans   []model.ClusterPlan
 	configs map[string]*rest.Config
 }
 
 // newEnvSource records plans as environment env on m (a new machine if nil).
-func newEnvSource(m *machine, env string, configs map[string]*rest.Config, plans ...cluster.ClusterPlan) *envSource {
+func newEnvSource(m *machine, env string, configs map[string]*rest.Config, plans ...model.ClusterPlan) *envSource {
 	if m == nil {
 		m = newMachine()
 	}
@@ -122,11 +123,11 @@ func newEnvSource(m *machine, env string, configs map[string]*rest.Config, plans
 	return &envSource{machine: m, plans: plans, configs: configs}
 }
 
-func (s *envSource) Environment(context.Context, string) ([]cluster.ClusterPlan, error) {
+func (s *envSource) Environment(context.Context, string) ([]model.ClusterPlan, error) {
 	return s.plans, nil
 }
 
-func (s *envSource) ClusterKubeconfig(_ context.Context, c cluster.ClusterPlan, _ bool) ([]byte, error) {
+func (s *envSource) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, _ bool) ([]byte, error) {
 	cfg, ok := s.configs[c.Name]
 	if !ok {
 		return nil, fmt.Errorf("no cluster %q", c.Name)
@@ -279,8 +280,8 @@ func TestIntegrationInstall(t *testing.T) {
 	}
 	cfgs := apiServers(t, "cluster1", "cluster2")
 	src := newEnvSource(nil, "gw", cfgs,
-		cluster.ClusterPlan{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1", IPFamily: cluster.Dual},
-		cluster.ClusterPlan{Name: "cluster2", KindName: "gw-cluster2", Network: "network-2", IPFamily: cluster.Dual})
+		model.ClusterPlan{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1", IPFamily: model.Dual},
+		model.ClusterPlan{Name: "cluster2", KindName: "gw-cluster2", Network: "network-2", IPFamily: model.Dual})
 	subnets := []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16"), netip.MustParsePrefix("fc00:f853:ccd:e793::/64")}
 	loader := &recordingLoader{calls: map[string][]string{}}
 	newInstaller := func(opts ...Option) *Installer {
@@ -317,7 +318,7 @@ func TestIntegrationInstall(t *testing.T) {
 
 	// One network: nothing to do.
 	one := newEnvSource(nil, "gw", cfgs,
-		cluster.ClusterPlan{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1"}, cluster.ClusterPlan{Name: "cluster2", KindName: "gw-cluster2", Network: "network-1"})
+		model.ClusterPlan{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1"}, model.ClusterPlan{Name: "cluster2", KindName: "gw-cluster2", Network: "network-1"})
 	res, err := New(one, WithSubnets(subnets...), WithImageLoader(loader)).Install(ctx, "gw")
 	if err != nil || res.MultiNetwork || len(res.Clusters) != 0 {
 		t.Fatalf("one network: %+v, %v; want nothing done", res, err)
@@ -428,8 +429,8 @@ func TestIntegrationPrimaryOfRemotesOnOneNetwork(t *testing.T) {
 	}
 	cfgs := apiServers(t, "cluster1", "cluster2")
 	src := newEnvSource(nil, "gw", cfgs,
-		cluster.ClusterPlan{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1"},
-		cluster.ClusterPlan{Name: "cluster2", KindName: "gw-cluster2", Network: "network-1", PrimaryClusterName: "cluster1"})
+		model.ClusterPlan{Name: "cluster1", KindName: "gw-cluster1", Network: "network-1"},
+		model.ClusterPlan{Name: "cluster2", KindName: "gw-cluster2", Network: "network-1", PrimaryClusterName: "cluster1"})
 	loader := &recordingLoader{calls: map[string][]string{}}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // DefaultPoolSize is how many addresses each cluster's pool gets, per IP
@@ -23,7 +24,7 @@ const DefaultPoolSize = 16
 //
 // Every kind cluster on the docker network shares it, whatever its
 // environment, so the blocks are allocated machine-wide: each cluster's
-// blocks are recorded in meshctl's record of it (cluster.Record.Pools), and
+// blocks are recorded in meshctl's record of it (model.Record.Pools), and
 // an environment gets blocks no other cluster holds.
 
 // holder is a kind cluster holding pools on the docker network.
@@ -105,9 +106,9 @@ func familySubnets(network string, subnets []netip.Prefix) ([]netip.Prefix, erro
 
 func wantsFamily(ipFamily string, s netip.Prefix) bool {
 	if s.Addr().Is4() {
-		return ipFamily != cluster.IPv6
+		return ipFamily != model.IPv6
 	}
-	return ipFamily == cluster.IPv6 || ipFamily == cluster.Dual
+	return ipFamily == model.IPv6 || ipFamily == model.Dual
 }
 
 // allocate gives each request one block of size addresses per IP family of
@@ -251,8 +252,8 @@ func fullError(network string, sp space, env, clusterName string, taken []holder
 // it, whether or not it connected the environment: assuming so is
 // conservative, at worst a block stays unused. It also returns the kind
 // clusters whose record cannot be read.
-func holders(all []cluster.Existing, network string, subnets []netip.Prefix) (hs []holder, unreadable []string) {
-	envs := map[string][]cluster.Record{}
+func holders(all []cluster.Listed, network string, subnets []netip.Prefix) (hs []holder, unreadable []string) {
+	envs := map[string][]model.Record{}
 	for _, e := range all {
 		switch {
 		case e.Error != "":

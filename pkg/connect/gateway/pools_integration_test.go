@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // Two multi-network environments on one docker network, each cluster a real
@@ -29,14 +29,14 @@ func TestIntegrationSecondEnvironmentAvoidsTheFirst(t *testing.T) {
 		standIn(ctx, t, cfg)
 	}
 	m := newMachine()
-	plan := func(env, name, network, family string) cluster.ClusterPlan {
-		return cluster.ClusterPlan{Name: name, KindName: env + "-" + name, Network: network, IPFamily: family}
+	plan := func(env, name, network, family string) model.ClusterPlan {
+		return model.ClusterPlan{Name: name, KindName: env + "-" + name, Network: network, IPFamily: family}
 	}
 	// the kind names say which API server plays each cluster
 	envA := newEnvSource(m, "a", map[string]*rest.Config{"cluster1": cfgs["a1"], "cluster2": cfgs["a2"]},
-		plan("a", "cluster1", "network-1", cluster.Dual), plan("a", "cluster2", "network-2", cluster.Dual))
+		plan("a", "cluster1", "network-1", model.Dual), plan("a", "cluster2", "network-2", model.Dual))
 	envB := newEnvSource(m, "b", map[string]*rest.Config{"cluster1": cfgs["b1"], "cluster2": cfgs["b2"]},
-		plan("b", "cluster1", "network-1", cluster.IPv4), plan("b", "cluster2", "network-2", cluster.IPv4))
+		plan("b", "cluster1", "network-1", model.IPv4), plan("b", "cluster2", "network-2", model.IPv4))
 	subnets := []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16"), netip.MustParsePrefix("fc00:f853:ccd:e793::/64")}
 	install := func(src *envSource, env string) *Result {
 		t.Helper()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 func prefixes(ss ...string) []netip.Prefix {
@@ -41,47 +42,47 @@ func TestAllocate(t *testing.T) {
 		want    [][]string
 		wantErr string
 	}{
-		{name: "alone on kind's default IPv4 network: blocks 1 and 2 from the top", subnets: []string{"172.18.0.0/16"}, reqs: reqs(2, cluster.IPv4),
+		{name: "alone on kind's default IPv4 network: blocks 1 and 2 from the top", subnets: []string{"172.18.0.0/16"}, reqs: reqs(2, model.IPv4),
 			want: [][]string{{"172.18.255.224/28"}, {"172.18.255.208/28"}}},
-		{name: "IPv6 only", subnets: []string{"fc00:f853:ccd:e793::/64"}, reqs: reqs(2, cluster.IPv6),
+		{name: "IPv6 only", subnets: []string{"fc00:f853:ccd:e793::/64"}, reqs: reqs(2, model.IPv6),
 			want: [][]string{{"fc00:f853:ccd:e793:ffff:ffff:ffff:ffe0/124"}, {"fc00:f853:ccd:e793:ffff:ffff:ffff:ffd0/124"}}},
-		{name: "dual stack: one pool per family", subnets: []string{"172.18.0.0/16", "fc00:f853:ccd:e793::/64"}, reqs: reqs(1, cluster.Dual),
+		{name: "dual stack: one pool per family", subnets: []string{"172.18.0.0/16", "fc00:f853:ccd:e793::/64"}, reqs: reqs(1, model.Dual),
 			want: [][]string{{"172.18.255.224/28", "fc00:f853:ccd:e793:ffff:ffff:ffff:ffe0/124"}}},
-		{name: "v6 listed first keeps docker's order", subnets: []string{"fc00::/64", "10.0.0.0/24"}, reqs: reqs(1, cluster.Dual), size: 8,
+		{name: "v6 listed first keeps docker's order", subnets: []string{"fc00::/64", "10.0.0.0/24"}, reqs: reqs(1, model.Dual), size: 8,
 			want: [][]string{{"fc00::ffff:ffff:ffff:fff0/125", "10.0.0.240/29"}}},
 		{name: "a cluster gets only its own families", subnets: []string{"172.18.0.0/16", "fc00::/64"},
-			reqs: []request{{name: "v4", ipFamily: cluster.IPv4, prefer: 1}, {name: "v6", ipFamily: cluster.IPv6, prefer: 2}, {name: "default", prefer: 3}},
+			reqs: []request{{name: "v4", ipFamily: model.IPv4, prefer: 1}, {name: "v6", ipFamily: model.IPv6, prefer: 2}, {name: "default", prefer: 3}},
 			want: [][]string{{"172.18.255.224/28"}, {"fc00::ffff:ffff:ffff:ffd0/124"}, {"172.18.255.192/28"}}},
-		{name: "dual cluster on an IPv4 network", subnets: []string{"172.18.0.0/16"}, reqs: reqs(1, cluster.Dual),
+		{name: "dual cluster on an IPv4 network", subnets: []string{"172.18.0.0/16"}, reqs: reqs(1, model.Dual),
 			want: [][]string{{"172.18.255.224/28"}}},
-		{name: "only the first subnet of a family", subnets: []string{"172.18.0.0/16", "172.19.0.0/16"}, reqs: reqs(1, cluster.IPv4),
+		{name: "only the first subnet of a family", subnets: []string{"172.18.0.0/16", "172.19.0.0/16"}, reqs: reqs(1, model.IPv4),
 			want: [][]string{{"172.18.255.224/28"}}},
-		{name: "unmasked subnet", subnets: []string{"172.18.3.4/16"}, reqs: reqs(1, cluster.IPv4),
+		{name: "unmasked subnet", subnets: []string{"172.18.3.4/16"}, reqs: reqs(1, model.IPv4),
 			want: [][]string{{"172.18.255.224/28"}}},
-		{name: "borrow across bytes", subnets: []string{"10.1.0.0/16"}, reqs: reqs(16, cluster.IPv4),
+		{name: "borrow across bytes", subnets: []string{"10.1.0.0/16"}, reqs: reqs(16, model.IPv4),
 			want: func() [][]string {
 				w := make([][]string, 16)
 				w[14] = []string{"10.1.255.0/28"}
 				w[15] = []string{"10.1.254.240/28"}
 				return w
 			}()},
-		{name: "exactly half of a /24", subnets: []string{"192.168.1.0/24"}, reqs: reqs(7, cluster.IPv4),
+		{name: "exactly half of a /24", subnets: []string{"192.168.1.0/24"}, reqs: reqs(7, model.IPv4),
 			want: func() [][]string {
 				w := make([][]string, 7)
 				w[6] = []string{"192.168.1.128/28"}
 				return w
 			}()},
 
-		{name: "another environment's blocks are avoided", subnets: []string{"172.18.0.0/16"}, reqs: reqs(2, cluster.IPv4),
+		{name: "another environment's blocks are avoided", subnets: []string{"172.18.0.0/16"}, reqs: reqs(2, model.IPv4),
 			taken: []holder{held("a", "172.18.255.224/28"), held("a", "172.18.255.208/28")},
 			want:  [][]string{{"172.18.255.192/28"}, {"172.18.255.176/28"}}},
-		{name: "free blocks between taken ones are used, nearest the top first", subnets: []string{"172.18.0.0/16"}, reqs: reqs(3, cluster.IPv4),
+		{name: "free blocks between taken ones are used, nearest the top first", subnets: []string{"172.18.0.0/16"}, reqs: reqs(3, model.IPv4),
 			taken: []holder{held("a", "172.18.255.224/28"), held("b", "172.18.255.192/28")},
 			want:  [][]string{{"172.18.255.208/28"}, {"172.18.255.176/28"}, {"172.18.255.160/28"}}},
-		{name: "a taken pool of another size covers several blocks", subnets: []string{"172.18.0.0/16"}, reqs: reqs(1, cluster.IPv4),
+		{name: "a taken pool of another size covers several blocks", subnets: []string{"172.18.0.0/16"}, reqs: reqs(1, model.IPv4),
 			taken: []holder{held("a", "172.18.255.192/27", "172.18.255.224/28")},
 			want:  [][]string{{"172.18.255.176/28"}}},
-		{name: "IPv6 blocks of other environments are avoided too", subnets: []string{"172.18.0.0/16", "fc00::/64"}, reqs: reqs(1, cluster.Dual),
+		{name: "IPv6 blocks of other environments are avoided too", subnets: []string{"172.18.0.0/16", "fc00::/64"}, reqs: reqs(1, model.Dual),
 			taken: []holder{held("a", "172.18.255.224/28", "fc00::ffff:ffff:ffff:ffe0/124"), held("v6only", "fc00::ffff:ffff:ffff:ffd0/124")},
 			want:  [][]string{{"172.18.255.208/28", "fc00::ffff:ffff:ffff:ffc0/124"}}},
 		{name: "a search from a block wraps around", subnets: []string{"192.168.1.0/24"},
@@ -95,19 +96,19 @@ func TestAllocate(t *testing.T) {
 			reqs: []request{{name: "moved", prefer: 1, have: prefixes("172.18.255.224/28")}},
 			want: [][]string{{"172.19.255.224/28"}}},
 
-		{name: "full: a /24 for 8 clusters", subnets: []string{"192.168.1.0/24"}, reqs: reqs(8, cluster.IPv4),
+		{name: "full: a /24 for 8 clusters", subnets: []string{"192.168.1.0/24"}, reqs: reqs(8, model.IPv4),
 			wantErr: `docker network "kind" subnet 192.168.1.0/24 has no free block of 16 load-balancer addresses for cluster c8: its 7 blocks (the top half of the subnet, the topmost block skipped) are used: 7 by this environment ("c")`},
-		{name: "full: other environments named", subnets: []string{"192.168.1.0/24"}, reqs: reqs(2, cluster.IPv4),
+		{name: "full: other environments named", subnets: []string{"192.168.1.0/24"}, reqs: reqs(2, model.IPv4),
 			taken: []holder{held("a", "192.168.1.224/28"), held("a", "192.168.1.208/28"), held("a", "192.168.1.192/28"),
 				held("b", "192.168.1.176/28"), held("b", "192.168.1.160/28"), held("b", "192.168.1.144/28")},
 			wantErr: `are used: 3 by environment "a", 3 by environment "b", 1 by this environment ("c"); delete an environment`},
-		{name: "full: IPv6", subnets: []string{"172.18.0.0/16", "fd00::/120"}, reqs: reqs(10, cluster.Dual),
+		{name: "full: IPv6", subnets: []string{"172.18.0.0/16", "fd00::/120"}, reqs: reqs(10, model.Dual),
 			wantErr: "subnet fd00::/120 has no free block of 16 load-balancer addresses for cluster c8"},
-		{name: "too small for one block", subnets: []string{"10.0.0.0/30"}, reqs: reqs(1, cluster.IPv4), size: 4, wantErr: "subnet 10.0.0.0/30 is too small"},
-		{name: "no subnet of the cluster's family", subnets: []string{"172.18.0.0/16"}, reqs: reqs(1, cluster.IPv6),
+		{name: "too small for one block", subnets: []string{"10.0.0.0/30"}, reqs: reqs(1, model.IPv4), size: 4, wantErr: "subnet 10.0.0.0/30 is too small"},
+		{name: "no subnet of the cluster's family", subnets: []string{"172.18.0.0/16"}, reqs: reqs(1, model.IPv6),
 			wantErr: `cluster c1 (ipv6): docker network "kind" has no subnet of its IP family`},
-		{name: "no subnet", reqs: reqs(1, cluster.IPv4), wantErr: `docker network "kind" has no subnet`},
-		{name: "size not a power of two", subnets: []string{"172.18.0.0/16"}, reqs: reqs(1, cluster.IPv4), size: 10, wantErr: "power of two"},
+		{name: "no subnet", reqs: reqs(1, model.IPv4), wantErr: `docker network "kind" has no subnet`},
+		{name: "size not a power of two", subnets: []string{"172.18.0.0/16"}, reqs: reqs(1, model.IPv4), size: 10, wantErr: "power of two"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -171,7 +172,7 @@ func TestAllocateDisjoint(t *testing.T) {
 		}
 		for n := 1; n <= 5; n++ {
 			env := fmt.Sprintf("env%d", n)
-			got, err := allocate("kind", nets, size, env, reqs(n, cluster.Dual), taken(env))
+			got, err := allocate("kind", nets, size, env, reqs(n, model.Dual), taken(env))
 			if err != nil {
 				t.Fatalf("%v, %s: %v", subnets, env, err)
 			}
@@ -205,7 +206,7 @@ func TestAllocateDisjoint(t *testing.T) {
 			}
 		}
 		for _, e := range order {
-			rs := reqs(len(envs[e]), cluster.Dual)
+			rs := reqs(len(envs[e]), model.Dual)
 			for i := range rs {
 				rs[i].have = envs[e][i]
 			}
@@ -219,13 +220,13 @@ func TestAllocateDisjoint(t *testing.T) {
 
 func TestHolders(t *testing.T) {
 	t.Parallel()
-	rec := func(env, name, network string, pools *cluster.Pools) cluster.Existing {
-		return cluster.Existing{KindName: env + "-" + name, Record: &cluster.Record{Env: env,
-			Cluster: cluster.ClusterPlan{Name: name, KindName: env + "-" + name, Network: network}, Pools: pools}}
+	rec := func(env, name, network string, pools *model.Pools) cluster.Listed {
+		return cluster.Listed{KindName: env + "-" + name, Record: &model.Record{Env: env,
+			Cluster: model.ClusterPlan{Name: name, KindName: env + "-" + name, Network: network}, Pools: pools}}
 	}
-	recorded := func(cidrs ...string) *cluster.Pools { return &cluster.Pools{DockerNetwork: "kind", CIDRs: cidrs} }
-	existing := cluster.Existing{Record: &cluster.Record{Env: "old", Cluster: cluster.ClusterPlan{Name: "a-cloud", Network: "n2", Existing: true}}}
-	all := []cluster.Existing{
+	recorded := func(cidrs ...string) *model.Pools { return &model.Pools{DockerNetwork: "kind", CIDRs: cidrs} }
+	existing := cluster.Listed{Record: &model.Record{Env: "old", Cluster: model.ClusterPlan{Name: "a-cloud", Network: "n2", Existing: true}}}
+	all := []cluster.Listed{
 		rec("new", "c1", "n1", recorded("172.18.255.224/28", "fc00::ffff:ffff:ffff:ffe0/124")),
 		rec("new", "c2", "n2", recorded("172.18.255.208/28")),
 		// connected by an older meshctl: cluster k got block k+1 of every family
@@ -234,10 +235,10 @@ func TestHolders(t *testing.T) {
 		rec("old", "c2", "n2", nil),
 		rec("one", "c1", "n1", nil), // one network: no pools
 		rec("one", "c2", "n1", nil),
-		rec("fresh", "c1", "n1", &cluster.Pools{}), // made by this meshctl, not connected yet
-		rec("fresh", "c2", "n2", &cluster.Pools{}),
-		rec("elsewhere", "c1", "n1", &cluster.Pools{DockerNetwork: "other", CIDRs: []string{"172.30.255.224/28"}}),
-		rec("elsewhere", "c2", "n2", &cluster.Pools{DockerNetwork: "other", CIDRs: []string{"172.30.255.208/28"}}),
+		rec("fresh", "c1", "n1", &model.Pools{}), // made by this meshctl, not connected yet
+		rec("fresh", "c2", "n2", &model.Pools{}),
+		rec("elsewhere", "c1", "n1", &model.Pools{DockerNetwork: "other", CIDRs: []string{"172.30.255.224/28"}}),
+		rec("elsewhere", "c2", "n2", &model.Pools{DockerNetwork: "other", CIDRs: []string{"172.30.255.208/28"}}),
 		{KindName: "stopped", Error: "container is not running"},
 	}
 	hs, unreadable := holders(all, "kind", prefixes("172.18.0.0/16", "fc00::/64"))

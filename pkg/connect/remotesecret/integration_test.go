@@ -15,23 +15,23 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
 // envSource serves two testenv API servers as an environment. The internal
 // kubeconfig is the host one: both servers listen on loopback.
 type envSource struct {
-	clusters    []cluster.ClusterPlan
+	clusters    []model.ClusterPlan
 	kubeconfigs map[string][]byte
 	broken      string // a cluster whose kubeconfig cannot be read
 }
 
-func (s *envSource) Environment(context.Context, string) ([]cluster.ClusterPlan, error) {
+func (s *envSource) Environment(context.Context, string) ([]model.ClusterPlan, error) {
 	return s.clusters, nil
 }
 
-func (s *envSource) ClusterKubeconfig(_ context.Context, c cluster.ClusterPlan, _ bool) ([]byte, error) {
+func (s *envSource) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, _ bool) ([]byte, error) {
 	if c.Name == s.broken {
 		return nil, fmt.Errorf("node container is gone")
 	}
@@ -74,7 +74,7 @@ func TestIntegrationEnsure(t *testing.T) {
 	for _, name := range []string{"cluster1", "cluster2"} {
 		clients[name] = kubernetes.NewForConfigOrDie(cfgs[name])
 		src.kubeconfigs[name] = kubeconfigFor(t, name, cfgs[name])
-		src.clusters = append(src.clusters, cluster.ClusterPlan{Name: name, KindName: "it-" + name, Network: "network-1", PrimaryClusterName: name, ConfigClusterName: name})
+		src.clusters = append(src.clusters, model.ClusterPlan{Name: name, KindName: "it-" + name, Network: "network-1", PrimaryClusterName: name, ConfigClusterName: name})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -193,7 +193,7 @@ func TestIntegrationNoTokenController(t *testing.T) {
 	}
 	cfg := testenv.New(t)
 	src := &envSource{
-		clusters:    []cluster.ClusterPlan{{Name: "lonely", KindName: "it-lonely", PrimaryClusterName: "lonely", ConfigClusterName: "lonely"}},
+		clusters:    []model.ClusterPlan{{Name: "lonely", KindName: "it-lonely", PrimaryClusterName: "lonely", ConfigClusterName: "lonely"}},
 		kubeconfigs: map[string][]byte{"lonely": kubeconfigFor(t, "lonely", cfg)},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -274,7 +274,7 @@ func TestIntegrationServerByName(t *testing.T) {
 		cfg := testenv.NewWithControllers(t, tokens)
 		clients[name] = kubernetes.NewForConfigOrDie(cfg)
 		src.kubeconfigs[name] = kubeconfigFor(t, name, cfg)
-		src.clusters = append(src.clusters, cluster.ClusterPlan{Name: name, KindName: "it-" + name, Network: "network-1", PrimaryClusterName: name, ConfigClusterName: name, ControlPlanes: 1})
+		src.clusters = append(src.clusters, model.ClusterPlan{Name: name, KindName: "it-" + name, Network: "network-1", PrimaryClusterName: name, ConfigClusterName: name, ControlPlanes: 1})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -3,7 +3,7 @@ package remotesecret
 import (
 	"sort"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // pair is one remote secret to write: in target, giving access to source.
@@ -12,7 +12,7 @@ type pair struct {
 }
 
 // isPrimary: the cluster runs a control plane.
-func isPrimary(c cluster.ClusterPlan) bool { return c.PrimaryClusterName == c.Name }
+func isPrimary(c model.ClusterPlan) bool { return c.PrimaryClusterName == c.Name }
 
 // isRemote: the cluster named has its control plane in another cluster.
 func isRemote(cs []cluster.ClusterPlan, name string) bool {
@@ -25,11 +25,11 @@ func isRemote(cs []cluster.ClusterPlan, name string) bool {
 }
 
 // isConfig: the cluster holds its own mesh config.
-func isConfig(c cluster.ClusterPlan) bool { return c.ConfigClusterName == c.Name }
+func isConfig(c model.ClusterPlan) bool { return c.ConfigClusterName == c.Name }
 
 // isExternalControlPlane: a primary whose mesh config lives in another
 // cluster. It runs istiod for others and is not itself part of the mesh.
-func isExternalControlPlane(c cluster.ClusterPlan) bool { return isPrimary(c) && !isConfig(c) }
+func isExternalControlPlane(c model.ClusterPlan) bool { return isPrimary(c) && !isConfig(c) }
 
 // plan lists the remote secrets an environment needs, as Istio's test
 // framework places them: every control plane (primary) learns about every
@@ -37,7 +37,7 @@ func isExternalControlPlane(c cluster.ClusterPlan) bool { return isPrimary(c) &&
 // plane is no mesh cluster, so no secret gives access to it, and it gets no
 // secret for its config cluster (istiod reaches that through its own
 // kubeconfig, not a remote secret). Sorted by target, then source.
-func plan(cs []cluster.ClusterPlan) []pair {
+func plan(cs []model.ClusterPlan) []pair {
 	var out []pair
 	for _, t := range cs {
 		if !isPrimary(t) {

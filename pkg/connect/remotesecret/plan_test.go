@@ -5,27 +5,27 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 const testdata = "../../../testdata"
 
-func topologyPlan(t *testing.T, req cluster.Request) []cluster.ClusterPlan {
+func topologyPlan(t *testing.T, req model.Request) []model.ClusterPlan {
 	t.Helper()
-	p, err := cluster.NewPlan(req)
+	p, err := model.NewPlan(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p.Clusters
 }
 
-func fromFile(t *testing.T, name string) []cluster.ClusterPlan {
+func fromFile(t *testing.T, name string) []model.ClusterPlan {
 	t.Helper()
-	specs, err := cluster.LoadTopology(filepath.Join(testdata, "topology", name))
+	specs, err := model.LoadTopology(filepath.Join(testdata, "topology", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return topologyPlan(t, cluster.Request{Specs: specs})
+	return topologyPlan(t, model.Request{Specs: specs})
 }
 
 // show renders pairs as "source→target" for readable failures.
@@ -43,54 +43,54 @@ func TestPlanRoles(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
-		clusters func(t *testing.T) []cluster.ClusterPlan
+		clusters func(t *testing.T) []model.ClusterPlan
 		want     string
 	}{
-		{"one cluster needs none", func(t *testing.T) []cluster.ClusterPlan {
-			return topologyPlan(t, cluster.Request{Clusters: 1})
+		{"one cluster needs none", func(t *testing.T) []model.ClusterPlan {
+			return topologyPlan(t, model.Request{Clusters: 1})
 		}, ""},
-		{"multi-primary: every primary learns every other", func(t *testing.T) []cluster.ClusterPlan {
-			return topologyPlan(t, cluster.Request{Clusters: 3, Networks: 2})
+		{"multi-primary: every primary learns every other", func(t *testing.T) []model.ClusterPlan {
+			return topologyPlan(t, model.Request{Clusters: 3, Networks: 2})
 		}, "cluster2→cluster1 cluster3→cluster1 cluster1→cluster2 cluster3→cluster2 cluster1→cluster3 cluster2→cluster3"},
-		{"valid-istio-multicluster-3.json: a remote is learnt by its primary and the other primary; it learns nothing", func(t *testing.T) []cluster.ClusterPlan {
+		{"valid-istio-multicluster-3.json: a remote is learnt by its primary and the other primary; it learns nothing", func(t *testing.T) []model.ClusterPlan {
 			return fromFile(t, "valid-istio-multicluster-3.json")
 		}, "primary→cross-network-primary remote→cross-network-primary cross-network-primary→primary remote→primary"},
-		{"valid-multi-network.json: primary-remote across networks", func(t *testing.T) []cluster.ClusterPlan {
+		{"valid-multi-network.json: primary-remote across networks", func(t *testing.T) []model.ClusterPlan {
 			return fromFile(t, "valid-multi-network.json")
 		}, "cluster2→cluster1 cluster3→cluster1 cluster1→cluster2 cluster3→cluster2"},
-		{"valid-snake-case.json: one primary, one remote", func(t *testing.T) []cluster.ClusterPlan {
+		{"valid-snake-case.json: one primary, one remote", func(t *testing.T) []model.ClusterPlan {
 			return fromFile(t, "valid-snake-case.json")
 		}, "west→east"},
-		{"valid-external-control-plane.json: the control plane's cluster learns the config and remote clusters", func(t *testing.T) []cluster.ClusterPlan {
+		{"valid-external-control-plane.json: the control plane's cluster learns the config and remote clusters", func(t *testing.T) []model.ClusterPlan {
 			return fromFile(t, "valid-external-control-plane.json")
 		}, "config→external remote→external"},
-		{"Istio's external istiod: the config cluster is reached by istiod's own kubeconfig, the control plane's cluster is no mesh cluster", func(t *testing.T) []cluster.ClusterPlan {
-			return topologyPlan(t, cluster.Request{Specs: []cluster.Spec{
+		{"Istio's external istiod: the config cluster is reached by istiod's own kubeconfig, the control plane's cluster is no mesh cluster", func(t *testing.T) []model.ClusterPlan {
+			return topologyPlan(t, model.Request{Specs: []model.Spec{
 				{Name: "external", ConfigClusterName: "config"},
 				{Name: "config", PrimaryClusterName: "external", ConfigClusterName: "config"},
 				{Name: "remote", PrimaryClusterName: "external", ConfigClusterName: "config"},
 			}})
 		}, "remote→external"},
-		{"valid-dual-stack.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-dual-stack.json") }, "c2→c1 c1→c2"},
-		{"valid-ipv6.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-ipv6.json") }, "v6b→v6a v6a→v6b"},
-		{"valid-yaml.yaml", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-yaml.yaml") }, "beta→alpha alpha→beta"},
-		{"valid-existing-mixed.json: existing clusters take part like kind ones", func(t *testing.T) []cluster.ClusterPlan {
+		{"valid-dual-stack.json", func(t *testing.T) []model.ClusterPlan { return fromFile(t, "valid-dual-stack.json") }, "c2→c1 c1→c2"},
+		{"valid-ipv6.json", func(t *testing.T) []model.ClusterPlan { return fromFile(t, "valid-ipv6.json") }, "v6b→v6a v6a→v6b"},
+		{"valid-yaml.yaml", func(t *testing.T) []model.ClusterPlan { return fromFile(t, "valid-yaml.yaml") }, "beta→alpha alpha→beta"},
+		{"valid-existing-mixed.json: existing clusters take part like kind ones", func(t *testing.T) []model.ClusterPlan {
 			return fromFile(t, "valid-existing-mixed.json")
 		}, "cloud→lab local→lab cloud→local lab→local"},
-		{"valid-unknown-key-warns.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-unknown-key-warns.json") }, ""},
-		{"valid-istio-shape-single.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-istio-shape-single.json") }, ""},
-		{"valid-istio-shape-multicluster.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-istio-shape-multicluster.json") }, "east-remote→east west→east east→west east-remote→west"},
-		{"valid-istio-shape-multicluster-large.json: controlPlaneClusterName is ignored, as by Istio, so every cluster is a primary", func(t *testing.T) []cluster.ClusterPlan {
+		{"valid-unknown-key-warns.json", func(t *testing.T) []model.ClusterPlan { return fromFile(t, "valid-unknown-key-warns.json") }, ""},
+		{"valid-istio-shape-single.json", func(t *testing.T) []model.ClusterPlan { return fromFile(t, "valid-istio-shape-single.json") }, ""},
+		{"valid-istio-shape-multicluster.json", func(t *testing.T) []model.ClusterPlan { return fromFile(t, "valid-istio-shape-multicluster.json") }, "east-remote→east west→east east→west east-remote→west"},
+		{"valid-istio-shape-multicluster-large.json: controlPlaneClusterName is ignored, as by Istio, so every cluster is a primary", func(t *testing.T) []model.ClusterPlan {
 			return fromFile(t, "valid-istio-shape-multicluster-large.json")
 		}, "east-2→east-1 east-remote→east-1 west→east-1 west-remote→east-1 east-1→east-2 east-remote→east-2 west→east-2 west-remote→east-2 east-1→east-remote east-2→east-remote west→east-remote west-remote→east-remote east-1→west east-2→west east-remote→west west-remote→west east-1→west-remote east-2→west-remote east-remote→west-remote west→west-remote"},
-		{"valid-istio-shape-external-istiod.json", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-istio-shape-external-istiod.json") }, ""},
-		{"valid-istio-shape-external-istiod-multicluster.json", func(t *testing.T) []cluster.ClusterPlan {
+		{"valid-istio-shape-external-istiod.json", func(t *testing.T) []model.ClusterPlan { return fromFile(t, "valid-istio-shape-external-istiod.json") }, ""},
+		{"valid-istio-shape-external-istiod-multicluster.json", func(t *testing.T) []model.ClusterPlan {
 			return fromFile(t, "valid-istio-shape-external-istiod-multicluster.json")
 		}, "far→cp"},
-		{"valid-istio-shape-ambient-multicluster.json", func(t *testing.T) []cluster.ClusterPlan {
+		{"valid-istio-shape-ambient-multicluster.json", func(t *testing.T) []model.ClusterPlan {
 			return fromFile(t, "valid-istio-shape-ambient-multicluster.json")
 		}, "west→east east→west"},
-		{"valid-skips-vms.json: a VM is no cluster", func(t *testing.T) []cluster.ClusterPlan { return fromFile(t, "valid-skips-vms.json") }, ""},
+		{"valid-skips-vms.json: a VM is no cluster", func(t *testing.T) []model.ClusterPlan { return fromFile(t, "valid-skips-vms.json") }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

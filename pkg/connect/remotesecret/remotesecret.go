@@ -13,17 +13,17 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/kind/pkg/log"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // Source gives an environment's clusters and their kubeconfigs;
 // cluster.Provider is one.
 type Source interface {
-	Environment(ctx context.Context, env string) ([]cluster.ClusterPlan, error)
+	Environment(ctx context.Context, env string) ([]model.ClusterPlan, error)
 	// ClusterKubeconfig is an admin kubeconfig; internal selects the one
 	// whose server is the address other clusters use (the kind network).
-	ClusterKubeconfig(ctx context.Context, c cluster.ClusterPlan, internal bool) ([]byte, error)
+	ClusterKubeconfig(ctx context.Context, c model.ClusterPlan, internal bool) ([]byte, error)
 }
 
 // Manager creates the remote secrets of an environment.
@@ -212,7 +212,7 @@ func (m *Manager) Secret(ctx context.Context, env, name string) (*corev1.Secret,
 }
 
 // find returns the mesh name of the cluster with the given mesh or kind name.
-func find(cs []cluster.ClusterPlan, env, name string) (string, error) {
+func find(cs []model.ClusterPlan, env, name string) (string, error) {
 	known := make([]string, 0, len(cs))
 	for _, c := range cs {
 		if c.Name == name || c.KindName == name {
@@ -223,7 +223,7 @@ func find(cs []cluster.ClusterPlan, env, name string) (string, error) {
 	return "", fmt.Errorf("no cluster %q in environment %q (it has %s)", name, env, strings.Join(known, ", "))
 }
 
-func (m *Manager) clusters(ctx context.Context, env string) ([]cluster.ClusterPlan, error) {
+func (m *Manager) clusters(ctx context.Context, env string) ([]model.ClusterPlan, error) {
 	cs, err := m.source.Environment(ctx, env)
 	if err != nil {
 		return nil, err
@@ -236,8 +236,8 @@ func (m *Manager) clusters(ctx context.Context, env string) ([]cluster.ClusterPl
 
 // resolve reads, concurrently, a client for every cluster involved and the
 // internal API server address of every source.
-func (m *Manager) resolve(ctx context.Context, cs []cluster.ClusterPlan, sources, targets map[string]bool) (map[string]endpoint, error) {
-	plans := map[string]cluster.ClusterPlan{}
+func (m *Manager) resolve(ctx context.Context, cs []model.ClusterPlan, sources, targets map[string]bool) (map[string]endpoint, error) {
+	plans := map[string]model.ClusterPlan{}
 	for _, c := range cs {
 		plans[c.Name] = c
 	}
@@ -282,7 +282,7 @@ func (m *Manager) resolve(ctx context.Context, cs []cluster.ClusterPlan, sources
 		eps[i].server = icfg.Host
 		if m.byName && !plans[name].Existing && plans[name].KindName != "" {
 			eps[i].byIP = icfg.Host
-			eps[i].server = cluster.InternalAPIServer(plans[name])
+			eps[i].server = model.InternalAPIServer(plans[name])
 		}
 		return nil
 	})

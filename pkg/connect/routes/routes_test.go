@@ -7,14 +7,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // fromPlan models the clusters of a meshctl plan as kind would make them:
 // every node with an address on the kind network (v4 and/or v6, as the
 // cluster's family) and one pod CIDR per family carved from the cluster's
 // pod subnets, as kube-controller-manager does.
-func fromPlan(t *testing.T, p *cluster.Plan) []Cluster {
+func fromPlan(t *testing.T, p *model.Plan) []Cluster {
 	t.Helper()
 	var out []Cluster
 	for ci, c := range p.Clusters {
@@ -58,7 +58,7 @@ func TestRoutePlanEveryTopology(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			t.Parallel()
-			specs, err := cluster.LoadTopology(f)
+			specs, err := model.LoadTopology(f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,7 +68,7 @@ func TestRoutePlanEveryTopology(t *testing.T) {
 					specs[i].Workers = &two
 				}
 			}
-			p, err := cluster.NewPlan(cluster.Request{Specs: specs})
+			p, err := model.NewPlan(model.Request{Specs: specs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +138,7 @@ func pick(ips []netip.Addr, v4 bool) netip.Addr {
 
 func TestRoutePlanDualStackEveryNode(t *testing.T) {
 	t.Parallel()
-	p, err := cluster.NewPlan(cluster.Request{Clusters: 3, Networks: 2, Workers: 1, IPFamily: cluster.Dual})
+	p, err := model.NewPlan(model.Request{Clusters: 3, Networks: 2, Workers: 1, IPFamily: model.Dual})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/install/charts"
 	"github.com/meshctl/meshctl/pkg/install/values"
 )
@@ -30,7 +30,7 @@ const golden = "../../../testdata/golden"
 // values renderer's for a two-network plan, plus the image and mesh CIDRs.
 func clusterValues(t *testing.T, name string, sets ...string) map[string]any {
 	t.Helper()
-	plan, err := cluster.NewPlan(cluster.Request{Env: "golden", Clusters: 2, Networks: 2})
+	plan, err := model.NewPlan(model.Request{Env: "golden", Clusters: 2, Networks: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

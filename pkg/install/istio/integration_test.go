@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/install/installer"
 	"github.com/meshctl/meshctl/pkg/install/values"
 	"github.com/meshctl/meshctl/pkg/testenv"
@@ -54,7 +54,7 @@ func TestIntegrationIstioCharts(t *testing.T) {
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	ctx := context.Background()
 
-	plan, err := cluster.NewPlan(cluster.Request{Clusters: 1})
+	plan, err := model.NewPlan(model.Request{Clusters: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestIntegrationRemoteNamesItsControlPlane(t *testing.T) {
 	cfg := testenv.New(t)
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	ctx := context.Background()
-	plan, err := cluster.NewPlan(cluster.Request{Specs: []cluster.Spec{
+	plan, err := model.NewPlan(model.Request{Specs: []model.Spec{
 		{Name: "cluster1", Network: "network1"},
 		{Name: "cluster2", Network: "network1", PrimaryClusterName: "cluster1"},
 	}})

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // Role is the part a cluster plays in Istio's multicluster models, which
@@ -32,7 +32,7 @@ const (
 )
 
 // RoleOf is c's role in p.
-func RoleOf(p *cluster.Plan, c cluster.ClusterPlan) Role {
+func RoleOf(p *model.Plan, c model.ClusterPlan) Role {
 	switch {
 	case c.PrimaryClusterName != c.Name && c.ConfigClusterName == c.Name:
 		return RoleConfig
@@ -76,7 +76,7 @@ type Phase struct {
 // Istio's guides and test framework install them: config clusters, then the
 // clusters that run istiod, then remote secrets into those, then remotes.
 // Empty phases are left out.
-func InstallOrder(p *cluster.Plan) []Phase {
+func InstallOrder(p *model.Plan) []Phase {
 	var cfg, prim, rem []string
 	for _, c := range p.Clusters {
 		switch RoleOf(p, c) {
@@ -122,13 +122,13 @@ func (r *Renderer) istiodAddress(primary string) (string, bool) {
 // injectionPath is the path of istiod's injection webhook for pods of
 // cluster c, as Istio's primary-remote guide sets istiodRemote.injectionPath:
 // istiod injects them with c's cluster ID and network.
-func injectionPath(c cluster.ClusterPlan) string {
+func injectionPath(c model.ClusterPlan) string {
 	return fmt.Sprintf("/inject/cluster/%s/net/%s", c.Name, c.Network)
 }
 
 // roleValues are the values c's role adds, and a note when something in
 // them is a placeholder.
-func (r *Renderer) roleValues(p *cluster.Plan, c cluster.ClusterPlan) (map[string]any, []string) {
+func (r *Renderer) roleValues(p *model.Plan, c model.ClusterPlan) (map[string]any, []string) {
 	role := RoleOf(p, c)
 	global := map[string]any{}
 	out := map[string]any{"global": global}

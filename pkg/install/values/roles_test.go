@@ -5,12 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
-func specPlan(t *testing.T, specs ...cluster.Spec) *cluster.Plan {
+func specPlan(t *testing.T, specs ...model.Spec) *model.Plan {
 	t.Helper()
-	p, err := cluster.NewPlan(cluster.Request{Specs: specs})
+	p, err := model.NewPlan(model.Request{Specs: specs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,14 +19,14 @@ func specPlan(t *testing.T, specs ...cluster.Spec) *cluster.Plan {
 
 // externalMulticluster is Istio's external-istiod-multicluster shape plus a
 // primary of its own remote.
-func externalMulticluster(t *testing.T) *cluster.Plan {
+func externalMulticluster(t *testing.T) *model.Plan {
 	return specPlan(t,
-		cluster.Spec{Name: "cfg", Network: "n1", PrimaryClusterName: "cp", ConfigClusterName: "cfg"},
-		cluster.Spec{Name: "far", Network: "n2", PrimaryClusterName: "cp", ConfigClusterName: "cfg"},
-		cluster.Spec{Name: "cp", Network: "n1", ConfigClusterName: "cfg"},
-		cluster.Spec{Name: "p", Network: "n1"},
-		cluster.Spec{Name: "r", Network: "n1", PrimaryClusterName: "p"},
-		cluster.Spec{Name: "solo", Network: "n2"},
+		model.Spec{Name: "cfg", Network: "n1", PrimaryClusterName: "cp", ConfigClusterName: "cfg"},
+		model.Spec{Name: "far", Network: "n2", PrimaryClusterName: "cp", ConfigClusterName: "cfg"},
+		model.Spec{Name: "cp", Network: "n1", ConfigClusterName: "cfg"},
+		model.Spec{Name: "p", Network: "n1"},
+		model.Spec{Name: "r", Network: "n1", PrimaryClusterName: "p"},
+		model.Spec{Name: "solo", Network: "n2"},
 	)
 }
 
@@ -43,7 +43,7 @@ func TestRolesAndInstallOrder(t *testing.T) {
 	if got, want := fmt.Sprint(InstallOrder(p)), "[{config [cfg]} {primaries [cp p solo]} {remote-secrets [cp p solo]} {remotes [far r]}]"; got != want {
 		t.Errorf("install order %s\nwant           %s", got, want)
 	}
-	one := specPlan(t, cluster.Spec{Name: "one"})
+	one := specPlan(t, model.Spec{Name: "one"})
 	if got := fmt.Sprint(InstallOrder(one)); got != "[{primaries [one]}]" {
 		t.Errorf("one cluster: install order %s", got)
 	}

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshctl/meshctl/internal/fsutil"
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	embedded "github.com/meshctl/meshctl/values"
 )
 
@@ -138,7 +138,7 @@ func (r *Renderer) Profiles() ([]string, error) {
 // Render renders the values of the plan's clusters, in plan order; with
 // names, only of those clusters (mesh or kind names), in the order given.
 // Every input is read and checked before anything is rendered.
-func (r *Renderer) Render(p *cluster.Plan, names ...string) ([]Cluster, error) {
+func (r *Renderer) Render(p *model.Plan, names ...string) ([]Cluster, error) {
 	selected, err := selectClusters(p, names)
 	if err != nil {
 		return nil, err
@@ -187,11 +187,11 @@ func (r *Renderer) Render(p *cluster.Plan, names ...string) ([]Cluster, error) {
 	return out, nil
 }
 
-func selectClusters(p *cluster.Plan, names []string) ([]cluster.ClusterPlan, error) {
+func selectClusters(p *model.Plan, names []string) ([]model.ClusterPlan, error) {
 	if len(names) == 0 {
 		return p.Clusters, nil
 	}
-	var out []cluster.ClusterPlan
+	var out []model.ClusterPlan
 	for _, n := range names {
 		c, ok := p.Cluster(n)
 		if !ok {
@@ -281,7 +281,7 @@ func parse(data []byte) (map[string]any, error) {
 // registries and, when there is more than one network, how to reach the
 // network from the others — its gateway's known addresses, or else the
 // east-west gateway service, resolved through the network's registries.
-func (r *Renderer) meshNetworks(p *cluster.Plan) (map[string]any, error) {
+func (r *Renderer) meshNetworks(p *model.Plan) (map[string]any, error) {
 	var order []string
 	endpoints := map[string][]any{}
 	for _, c := range p.Clusters {
@@ -315,7 +315,7 @@ func (r *Renderer) meshNetworks(p *cluster.Plan) (map[string]any, error) {
 
 // checkAddresses refuses istiod and gateway addresses given for clusters
 // the plan does not have, or for clusters no remote uses.
-func (r *Renderer) checkAddresses(p *cluster.Plan) error {
+func (r *Renderer) checkAddresses(p *model.Plan) error {
 	for name := range r.istiods {
 		c, ok := p.Cluster(name)
 		if !ok || c.Name != name {

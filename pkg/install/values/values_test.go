@@ -10,12 +10,12 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
-func plan(t *testing.T, clusters, networks int) *cluster.Plan {
+func plan(t *testing.T, clusters, networks int) *model.Plan {
 	t.Helper()
-	p, err := cluster.NewPlan(cluster.Request{Clusters: clusters, Networks: networks})
+	p, err := model.NewPlan(model.Request{Clusters: clusters, Networks: networks})
 	if err != nil {
 		t.Fatal(err)
 	}

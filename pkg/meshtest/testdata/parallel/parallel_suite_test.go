@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshctl/meshctl/internal/cli"
-	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
@@ -75,7 +75,7 @@ var _ = Describe("an environment shared by parallel processes", func() {
 			env.ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
 				// The claim meshctl wrote when process 1 set up the
 				// environment; the teardown removes it.
-				_, err := c.Kube.CoreV1().ConfigMaps(cluster.ClaimNamespace).Get(ctx, cluster.ClaimName, metav1.GetOptions{})
+				_, err := c.Kube.CoreV1().ConfigMaps(model.ClaimNamespace).Get(ctx, model.ClaimName, metav1.GetOptions{})
 				g.Expect(err).NotTo(HaveOccurred())
 			})
 		})

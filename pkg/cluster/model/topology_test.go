@@ -1,4 +1,4 @@
-package cluster
+package model
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-const topologyDir = "../../testdata/topology"
+const topologyDir = "../../../testdata/topology"
 
 // invalidFixtures maps every invalid-* fixture to what its error must say:
 // the cluster and the field at fault.
@@ -110,7 +110,7 @@ func TestTopologyFixtures(t *testing.T) {
 func TestParseTopologyIstioFixture(t *testing.T) {
 	t.Parallel()
 	// The shared fixture every tool of this project must accept.
-	plan, err := loadPlan("../../../shared/testdata/multicluster-3.json")
+	plan, err := loadPlan("../../../../shared/testdata/multicluster-3.json")
 	if errors.Is(err, os.ErrNotExist) {
 		plan, err = loadPlan(filepath.Join(topologyDir, "valid-istio-multicluster-3.json"))
 	}

@@ -1,4 +1,6 @@
-package cluster
+// Package uninstall removes from a cluster everything meshctl labelled as
+// its own, the way down empties a cluster it keeps.
+package uninstall
 
 import (
 	"context"
@@ -13,10 +15,11 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
-// uninstall deletes from a cluster every object labelled
+// Labelled deletes from a cluster every object labelled
 // app.kubernetes.io/managed-by=meshctl — the cacerts Secret, the claim, and
 // whatever later steps label the same way — and returns them as
 // "resource/namespace/name". It asks discovery for every resource type
@@ -24,7 +27,7 @@ import (
 // objects behind. Namespaced objects go first and namespaces last, so that
 // what is reported deleted was deleted, not left to the namespace
 // controller.
-func uninstall(ctx context.Context, rc *rest.Config) ([]string, error) {
+func Labelled(ctx context.Context, rc *rest.Config) ([]string, error) {
 	// Listing every type includes deprecated ones (v1 Endpoints): their
 	// warnings would only puzzle a user who ran down.
 	kg := kubeclient.FromConfig(rc, kubeclient.WithoutWarnings())
@@ -70,7 +73,7 @@ func uninstall(ctx context.Context, rc *rest.Config) ([]string, error) {
 		return 1
 	}
 	sort.SliceStable(types, func(i, j int) bool { return rank(types[i]) < rank(types[j]) })
-	selector := metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedByValue}
+	selector := metav1.ListOptions{LabelSelector: model.ManagedByLabel + "=" + model.ManagedByValue}
 	var deleted []string
 	for _, t := range types {
 		list, err := dyn.Resource(t.gvr).List(ctx, selector)

@@ -1,7 +1,8 @@
-package cluster
+package model
 
 import (
 	"fmt"
+	"net"
 	"strings"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
@@ -17,15 +18,15 @@ const (
 	LabelNetwork = "topology.istio.io/network"
 )
 
-// registryCertsDir is where containerd looks for per-registry hosts.toml
+// RegistryCertsDir is where containerd looks for per-registry hosts.toml
 // files once config_path points at it.
-const registryCertsDir = "/etc/containerd/certs.d"
+const RegistryCertsDir = "/etc/containerd/certs.d"
 
 // containerdRegistryPatch turns on containerd's per-host registry config
 // (hosts.toml), the mechanism kind's local-registry guide uses. It is in
 // containerd's config v2 syntax, which kind's node images use.
 const containerdRegistryPatch = `[plugins."io.containerd.grpc.v1.cri".registry]
-  config_path = "` + registryCertsDir + `"
+  config_path = "` + RegistryCertsDir + `"
 `
 
 // KindConfig renders the kind v1alpha4 config that creates this cluster.
@@ -64,4 +65,18 @@ func (p *Plan) KindConfigYAML(c ClusterPlan) ([]byte, error) {
 		return nil, fmt.Errorf("rendering kind config for %s: %w", c.Name, err)
 	}
 	return out, nil
+}
+
+// InternalAPIServer is a kind cluster's API server by container name on
+// the kind network, as kind's own internal kubeconfig names it: the
+// control-plane node, or kind's load balancer in front of several. Docker's
+// DNS resolves it from every container on the network (pods included), and
+// kubeadm puts the node name and the control-plane endpoint in the API
+// server certificate, so it outlives a change of the node's address.
+func InternalAPIServer(c ClusterPlan) string {
+	host := c.KindName + "-control-plane"
+	if c.ControlPlanes > 1 {
+		host = c.KindName + "-external-load-balancer"
+	}
+	return "https://" + net.JoinHostPort(host, "6443")
 }

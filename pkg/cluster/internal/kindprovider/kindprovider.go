@@ -1,32 +1,35 @@
-package cluster
+// Package kindprovider is kind's cluster provider, linked as a library, in
+// the shape pkg/cluster's Kind interface asks for.
+package kindprovider
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	kindcluster "sigs.k8s.io/kind/pkg/cluster"
+	"sigs.k8s.io/kind/pkg/cluster/nodes"
+	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
+	"sigs.k8s.io/kind/pkg/exec"
 	"sigs.k8s.io/kind/pkg/log"
 )
 
-// kindProvider adapts kind's cluster.Provider, linked as a library.
-type kindProvider struct {
+// Provider adapts kind's cluster.Provider, linked as a library.
+type Provider struct {
 	*kindcluster.Provider
 	logger log.Logger
 }
 
-func newKindProvider(logger log.Logger) kindProvider {
+// New returns kind's Docker provider, logging through logger.
+func New(logger log.Logger) Provider {
 	// kind's own messages ("Deleted nodes: …") go one level down, shown
 	// with -v 1: meshctl's status lines already say what happens.
 	base := logger
 	if n, ok := logger.(namer); ok {
 		base = n.Named("kind", 1)
 	}
-	return kindProvider{Provider: newKind(base), logger: logger}
+	return Provider{Provider: newKind(base), logger: logger}
 }
 
 func newKind(logger log.Logger) *kindcluster.Provider {
@@ -43,7 +46,9 @@ type namer interface {
 	Named(name string, shift int) log.Logger
 }
 
-func (k kindProvider) Create(name string, cfg *v1alpha4.Cluster, kubeconfigPath string, wait time.Duration) error {
+// Create creates a cluster from cfg, waiting up to wait for it to be ready,
+// and leaves it in place on failure.
+func (k Provider) Create(name string, cfg *v1alpha4.Cluster, kubeconfigPath string, wait time.Duration) error {
 	// Several clusters are created at once: each gets a provider whose log
 	// lines carry the cluster's name, one level down (shown with -v 1) so
 	// that meshctl's own status lines stay readable.
@@ -63,19 +68,23 @@ func (k kindProvider) Create(name string, cfg *v1alpha4.Cluster, kubeconfigPath 
 	)
 }
 
-// execDocker runs the docker CLI.
-type execDocker struct{}
-
-func (execDocker) Run(ctx context.Context, args ...string) ([]byte, error) {
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "docker", args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if msg == "" {
-			msg = strings.TrimSpace(stdout.String())
-		}
-		return stdout.Bytes(), fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, msg)
+// ControlPlane is a kind cluster's first control-plane node.
+func ControlPlane(ns []nodes.Node) (nodes.Node, error) {
+	cps, err := nodeutils.ControlPlaneNodes(ns)
+	if err != nil {
+		return nil, fmt.Errorf("finding control-plane node: %w", err)
 	}
-	return stdout.Bytes(), nil
+	if len(cps) == 0 {
+		return nil, fmt.Errorf("no control-plane node")
+	}
+	return cps[0], nil
+}
+
+// RunErr adds a failed command's output to its error: kind's RunError keeps
+// the output but does not print it.
+func RunErr(err error) error {
+	if re := exec.RunErrorForError(err); re != nil && len(re.Output) > 0 {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(re.Output)))
+	}
+	return err
 }

@@ -1,4 +1,4 @@
-package cluster
+package model
 
 import (
 	"fmt"
@@ -117,7 +117,7 @@ func NewPlan(req Request) (*Plan, error) {
 		prefix = *req.NamePrefix
 	}
 	p := &Plan{Env: env, Registry: req.Registry}
-	var errs problems
+	var errs Problems
 	if p.Registry.Enabled {
 		if p.Registry.Name == "" {
 			p.Registry.Name = DefaultRegistryName
@@ -170,7 +170,7 @@ func NewPlan(req Request) (*Plan, error) {
 		if i >= MaxGeneratedClusters {
 			for _, f := range []struct{ key, val string }{{"podSubnet", s.PodSubnet}, {"svcSubnet", s.ServiceSubnet}} {
 				if f.val == "" {
-					errs.add(c.Name, "no %s given: only the first %d clusters of a topology get default subnets (10.10.0.0/16 … 10.250.0.0/16), and this is cluster %d: give it a %s", f.key, MaxGeneratedClusters, i+1, f.key)
+					errs.Add(c.Name, "no %s given: only the first %d clusters of a topology get default subnets (10.10.0.0/16 … 10.250.0.0/16), and this is cluster %d: give it a %s", f.key, MaxGeneratedClusters, i+1, f.key)
 				}
 			}
 		}
@@ -193,13 +193,13 @@ func NewPlan(req Request) (*Plan, error) {
 // cluster's: no kind name, image, nodes or default subnets — nothing of it
 // is meshctl's to choose. Subnets the topology states are kept, to be
 // checked against what the cluster reports.
-func existingPlan(c ClusterPlan, s Spec, errs *problems) (ClusterPlan, error) {
+func existingPlan(c ClusterPlan, s Spec, errs *Problems) (ClusterPlan, error) {
 	for _, f := range []struct {
 		key string
 		set bool
 	}{{"workers", s.Workers != nil}, {"ipFamily", s.IPFamily != ""}, {"image", s.Image != ""}} {
 		if f.set {
-			errs.add(c.Name, "%s applies to kind clusters; an existing cluster (meta.kubeconfig) is used as it is", f.key)
+			errs.Add(c.Name, "%s applies to kind clusters; an existing cluster (meta.kubeconfig) is used as it is", f.key)
 		}
 	}
 	path, err := filepath.Abs(s.Kubeconfig)
@@ -330,8 +330,8 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-// prefixes parses CIDRs that validate has already checked.
-func prefixes(cidrs []string) []netip.Prefix {
+// Prefixes parses CIDRs that Validate has already checked, skipping any that are not CIDRs.
+func Prefixes(cidrs []string) []netip.Prefix {
 	var out []netip.Prefix
 	for _, c := range cidrs {
 		if p, err := netip.ParsePrefix(c); err == nil {

@@ -1,4 +1,4 @@
-package cluster
+package model
 
 import (
 	"fmt"
@@ -24,9 +24,12 @@ func (e *InvalidPlanError) Error() string {
 	return fmt.Sprintf("invalid topology (%d problems):\n  - %s", len(e.Problems), strings.Join(e.Problems, "\n  - "))
 }
 
-type problems []string
+// Problems collects what is wrong with a plan, each naming its cluster, so
+// that every check reports them the same way.
+type Problems []string
 
-func (p *problems) add(cluster, format string, args ...any) {
+// Add records a problem of cluster ("" for the environment as a whole).
+func (p *Problems) Add(cluster, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	if cluster != "" {
 		msg = fmt.Sprintf("cluster %q: %s", cluster, msg)
@@ -42,20 +45,32 @@ type subnetRef struct {
 	existing       bool
 }
 
+// Err is nil when there are no problems, else an *InvalidPlanError listing them.
+func (p Problems) Err() error {
+	if len(p) == 0 {
+		return nil
+	}
+	return &InvalidPlanError{Problems: p}
+}
+
+// Validate checks the whole plan again: after Up discovered an existing
+// cluster's subnets, which may clash with others on its network.
+func (p *Plan) Validate() error { return p.validate(nil) }
+
 // validate checks the whole plan, adding to the problems NewPlan found.
-func (p *Plan) validate(errs problems) error {
+func (p *Plan) validate(errs Problems) error {
 	if len(p.Clusters) == 0 {
-		errs.add("", "no clusters")
+		errs.Add("", "no clusters")
 	}
 	if msgs := validation.IsDNS1123Label(p.Env); len(msgs) > 0 {
-		errs.add("", "environment name %q: %s", p.Env, strings.Join(msgs, "; "))
+		errs.Add("", "environment name %q: %s", p.Env, strings.Join(msgs, "; "))
 	}
 	if p.Registry.Enabled {
 		if p.Registry.Port < 1 || p.Registry.Port > 65535 {
-			errs.add("", "registry port %d: want 1-65535", p.Registry.Port)
+			errs.Add("", "registry port %d: want 1-65535", p.Registry.Port)
 		}
 		if msgs := validation.IsDNS1123Label(p.Registry.Name); len(msgs) > 0 {
-			errs.add("", "registry name %q: %s", p.Registry.Name, strings.Join(msgs, "; "))
+			errs.Add("", "registry name %q: %s", p.Registry.Name, strings.Join(msgs, "; "))
 		}
 	}
 	names := map[string]bool{}
@@ -63,25 +78,25 @@ func (p *Plan) validate(errs problems) error {
 	var subnets []subnetRef
 	for _, c := range p.Clusters {
 		if names[c.Name] {
-			errs.add(c.Name, "duplicate cluster name")
+			errs.Add(c.Name, "duplicate cluster name")
 		}
 		names[c.Name] = true
 		if msgs := validation.IsDNS1123Label(c.Name); len(msgs) > 0 {
-			errs.add(c.Name, "name is not a DNS-1123 label: %s", strings.Join(msgs, "; "))
+			errs.Add(c.Name, "name is not a DNS-1123 label: %s", strings.Join(msgs, "; "))
 		} else if c.Existing {
 			// No kind name: nothing is created under one.
 		} else if kindNames[c.KindName] {
-			errs.add(c.Name, "kind cluster name %q is used twice", c.KindName)
+			errs.Add(c.Name, "kind cluster name %q is used twice", c.KindName)
 		} else if msgs := validation.IsDNS1123Label(c.KindName); len(msgs) > 0 || len(c.KindName) > maxKindNameLen {
-			errs.add(c.Name, "kind cluster name %q must be a DNS-1123 label of at most %d characters (node names add \"-control-plane\")", c.KindName, maxKindNameLen)
+			errs.Add(c.Name, "kind cluster name %q must be a DNS-1123 label of at most %d characters (node names add \"-control-plane\")", c.KindName, maxKindNameLen)
 		}
 		if !c.Existing {
 			kindNames[c.KindName] = true
 		}
 		if c.Network == "" {
-			errs.add(c.Name, "network is empty")
+			errs.Add(c.Name, "network is empty")
 		} else if msgs := validation.IsValidLabelValue(c.Network); len(msgs) > 0 {
-			errs.add(c.Name, "network %q is not a valid label value: %s", c.Network, strings.Join(msgs, "; "))
+			errs.Add(c.Name, "network %q is not a valid label value: %s", c.Network, strings.Join(msgs, "; "))
 		}
 		familyOK := true
 		switch {
@@ -91,16 +106,16 @@ func (p *Plan) validate(errs problems) error {
 			familyOK = false
 		default:
 			if c.Workers < 0 {
-				errs.add(c.Name, "workers must be 0 or more, got %d", c.Workers)
+				errs.Add(c.Name, "workers must be 0 or more, got %d", c.Workers)
 			}
 			if c.Image == "" {
-				errs.add(c.Name, "image is empty")
+				errs.Add(c.Name, "image is empty")
 			}
 			switch c.IPFamily {
 			case IPv4, IPv6, Dual:
 			default:
 				familyOK = false
-				errs.add(c.Name, "unknown ipFamily %q: want ipv4, ipv6 or dual", c.IPFamily)
+				errs.Add(c.Name, "unknown ipFamily %q: want ipv4, ipv6 or dual", c.IPFamily)
 			}
 		}
 		for _, f := range []struct {
@@ -121,14 +136,14 @@ func (p *Plan) validate(errs problems) error {
 			prim, ok := p.Cluster(c.PrimaryClusterName)
 			switch {
 			case !ok || prim.Name != c.PrimaryClusterName:
-				errs.add(c.Name, "primaryClusterName %q is not a cluster of this topology", c.PrimaryClusterName)
+				errs.Add(c.Name, "primaryClusterName %q is not a cluster of this topology", c.PrimaryClusterName)
 			case prim.PrimaryClusterName != prim.Name:
-				errs.add(c.Name, "primaryClusterName %q is itself a remote (of %q): a remote's primary must be a primary", prim.Name, prim.PrimaryClusterName)
+				errs.Add(c.Name, "primaryClusterName %q is itself a remote (of %q): a remote's primary must be a primary", prim.Name, prim.PrimaryClusterName)
 			}
 		}
 		if c.ConfigClusterName != c.Name {
 			if cfg, ok := p.Cluster(c.ConfigClusterName); !ok || cfg.Name != c.ConfigClusterName {
-				errs.add(c.Name, "configClusterName %q is not a cluster of this topology", c.ConfigClusterName)
+				errs.Add(c.Name, "configClusterName %q is not a cluster of this topology", c.ConfigClusterName)
 			}
 		}
 	}
@@ -148,14 +163,11 @@ func (p *Plan) validate(errs problems) error {
 				if a.cluster == b.cluster {
 					other = "its own"
 				}
-				errs.add(a.cluster, "%s %s overlaps %s %s %s", a.field, a.prefix, other, b.field, b.prefix)
+				errs.Add(a.cluster, "%s %s overlaps %s %s %s", a.field, a.prefix, other, b.field, b.prefix)
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return &InvalidPlanError{Problems: errs}
-	}
-	return nil
+	return errs.Err()
 }
 
 // checkExistingNetworks refuses an existing cluster on a kind cluster's
@@ -165,7 +177,7 @@ func (p *Plan) validate(errs problems) error {
 // change the routes of a cluster it does not own (its nodes are not on the
 // kind docker network and meshctl does not run commands on them), so the
 // mesh would send traffic to pod addresses nothing routes to.
-func checkExistingNetworks(errs *problems, cs []ClusterPlan) {
+func checkExistingNetworks(errs *Problems, cs []ClusterPlan) {
 	kindOn := map[string]string{} // network → first kind cluster on it
 	for _, c := range cs {
 		if _, ok := kindOn[c.Network]; !ok && !c.Existing {
@@ -177,7 +189,7 @@ func checkExistingNetworks(errs *problems, cs []ClusterPlan) {
 		if !c.Existing || !shared || c.PodNetworkRoutable {
 			continue
 		}
-		errs.add(c.Name, "existing cluster on network %q with kind cluster %q: meshctl routes pods only between kind clusters (it adds routes on kind nodes and cannot on an existing cluster's), so their pods could not reach each other as one network requires; "+
+		errs.Add(c.Name, "existing cluster on network %q with kind cluster %q: meshctl routes pods only between kind clusters (it adds routes on kind nodes and cannot on an existing cluster's), so their pods could not reach each other as one network requires; "+
 			"put %q on a network of its own (reached through an east-west gateway), or set meta.podNetworkRoutable: true if its pods and the kind nodes already route to each other", c.Network, kind, c.Name)
 	}
 }
@@ -219,7 +231,7 @@ var DockerBridge = netip.MustParsePrefix("172.17.0.0/16")
 
 // checkSubnets parses one field's CIDRs and checks their count and families
 // against the cluster's IP family.
-func checkSubnets(errs *problems, c ClusterPlan, field string, cidrs []string, familyOK bool) ([]netip.Prefix, bool) {
+func checkSubnets(errs *Problems, c ClusterPlan, field string, cidrs []string, familyOK bool) ([]netip.Prefix, bool) {
 	if len(cidrs) == 0 {
 		return nil, false // none to check (NewPlan said why, if it matters)
 	}
@@ -229,24 +241,24 @@ func checkSubnets(errs *problems, c ClusterPlan, field string, cidrs []string, f
 	for _, s := range cidrs {
 		pr, err := netip.ParsePrefix(s)
 		if err != nil {
-			errs.add(c.Name, "%s %q is not a CIDR", field, s)
+			errs.Add(c.Name, "%s %q is not a CIDR", field, s)
 			ok = false
 			continue
 		}
 		if pr.Masked() != pr {
-			errs.add(c.Name, "%s %s is not a network address (did you mean %s?)", field, s, pr.Masked())
+			errs.Add(c.Name, "%s %s is not a network address (did you mean %s?)", field, s, pr.Masked())
 			ok = false
 			continue
 		}
 		if what := specialRange(pr); what != "" {
-			errs.add(c.Name, "%s %s overlaps the %s range: pods and Services need ordinary unicast addresses", field, s, what)
+			errs.Add(c.Name, "%s %s overlaps the %s range: pods and Services need ordinary unicast addresses", field, s, what)
 			ok = false
 			continue
 		}
 		// An existing cluster's nodes are not kind containers: docker0
 		// on this host means nothing to them.
 		if !c.Existing && pr.Overlaps(DockerBridge) {
-			errs.add(c.Name, "%s %s overlaps Docker's default bridge %s (docker0): the kind nodes would send those packets to local containers", field, s, DockerBridge)
+			errs.Add(c.Name, "%s %s overlaps Docker's default bridge %s (docker0): the kind nodes would send those packets to local containers", field, s, DockerBridge)
 			ok = false
 			continue
 		}
@@ -259,15 +271,15 @@ func checkSubnets(errs *problems, c ClusterPlan, field string, cidrs []string, f
 		// An existing cluster's sizes are what its owner chose and
 		// Kubernetes accepted (a node's podCIDR may be a /26).
 		if !c.Existing && field == "podSubnet" && pr.Bits() > minPodBits[is4] {
-			errs.add(c.Name, "%s %s is too small: nodes get a /%d each, so it needs a prefix of /%d or shorter", field, s, minPodBits[is4], minPodBits[is4])
+			errs.Add(c.Name, "%s %s is too small: nodes get a /%d each, so it needs a prefix of /%d or shorter", field, s, minPodBits[is4], minPodBits[is4])
 			ok = false
 		}
 		if !c.Existing && field == "serviceSubnet" && pr.Bits() < minSvcBits[is4] {
-			errs.add(c.Name, "%s %s is too large: Kubernetes allows at most a /%d", field, s, minSvcBits[is4])
+			errs.Add(c.Name, "%s %s is too large: Kubernetes allows at most a /%d", field, s, minSvcBits[is4])
 			ok = false
 		}
 		if !c.Existing && field == "serviceSubnet" && pr.Bits() > maxSvcBits[is4] {
-			errs.add(c.Name, "%s %s is too small: kubeadm puts cluster DNS on its 10th address, so it needs a prefix of /%d or shorter", field, s, maxSvcBits[is4])
+			errs.Add(c.Name, "%s %s is too small: kubeadm puts cluster DNS on its 10th address, so it needs a prefix of /%d or shorter", field, s, maxSvcBits[is4])
 			ok = false
 		}
 		out = append(out, pr)
@@ -277,7 +289,7 @@ func checkSubnets(errs *problems, c ClusterPlan, field string, cidrs []string, f
 	}
 	want := map[string][2]int{IPv4: {1, 0}, IPv6: {0, 1}, Dual: {1, 1}}[c.IPFamily]
 	if v4 != want[0] || v6 != want[1] {
-		errs.add(c.Name, "%s %q does not fit ipFamily %s: want %s", field, strings.Join(cidrs, ","), c.IPFamily, map[string]string{
+		errs.Add(c.Name, "%s %q does not fit ipFamily %s: want %s", field, strings.Join(cidrs, ","), c.IPFamily, map[string]string{
 			IPv4: "one IPv4 CIDR", IPv6: "one IPv6 CIDR", Dual: "an IPv4 and an IPv6 CIDR, comma-separated",
 		}[c.IPFamily])
 		return out, false
