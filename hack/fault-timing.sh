@@ -11,7 +11,7 @@
 #
 # ENV (default "default") must be up and connected with at least two
 # clusters on one network; NODE defaults to ENV's cluster2 control plane.
-# MESHCTL (default ./bin/meshctl) is the binary; UP_ARGS are passed to
+# MESHCTL (default _output/bin/meshctl, what `make build` makes) is the binary; UP_ARGS are passed to
 # `meshctl up` (give the same flags the environment was made with).
 # CHECK_IMAGE is any image with sleep, for the address placeholders.
 set -euo pipefail
@@ -20,7 +20,7 @@ env=${1:-default}
 prefix=""
 [ "$env" = default ] || prefix="$env-"
 node=${2:-${prefix}cluster2-control-plane}
-meshctl=${MESHCTL:-./bin/meshctl}
+meshctl=${MESHCTL:-_output/bin/meshctl}
 net=${KIND_EXPERIMENTAL_DOCKER_NETWORK:-kind}
 image=${CHECK_IMAGE:-meshctl/busybox:latest}
 read -r -a up_args <<<"${UP_ARGS:-}"

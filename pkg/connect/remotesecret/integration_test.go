@@ -314,7 +314,7 @@ func TestIntegrationRemoteReaderManagesWebhooks(t *testing.T) {
 	const tokens = "serviceaccount-token-controller"
 	src := &envSource{kubeconfigs: map[string][]byte{}}
 	cfgs := map[string]*rest.Config{}
-	for _, c := range []cluster.ClusterPlan{
+	for _, c := range []model.ClusterPlan{
 		{Name: "cluster1", KindName: "it-cluster1", Network: "network-1", PrimaryClusterName: "cluster1", ConfigClusterName: "cluster1"},
 		{Name: "cluster2", KindName: "it-cluster2", Network: "network-1", PrimaryClusterName: "cluster1", ConfigClusterName: "cluster1"},
 	} {

@@ -15,7 +15,7 @@ type pair struct {
 func isPrimary(c model.ClusterPlan) bool { return c.PrimaryClusterName == c.Name }
 
 // isRemote: the cluster named has its control plane in another cluster.
-func isRemote(cs []cluster.ClusterPlan, name string) bool {
+func isRemote(cs []model.ClusterPlan, name string) bool {
 	for _, c := range cs {
 		if c.Name == name {
 			return c.PrimaryClusterName != "" && !isPrimary(c)
