@@ -143,7 +143,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		hbone.WithRoots(g.certs.Roots),
 		hbone.WithMetrics(g.metrics),
 		hbone.WithLogger(g.opts.log),
-		hbone.WithMark(g.opts.mark),
+		// No SO_MARK: the gateway runs in a pod of its own, without
+		// capture rules to bypass (and without CAP_NET_ADMIN to mark).
 		hbone.WithServerCertificates(func(ctx context.Context, _ netip.Addr) (*tls.Certificate, error) {
 			return g.certs.Certificate(ctx, g.id)
 		}),
