@@ -216,6 +216,8 @@ func (s *Server) target(info *connInfo, h hostAuthority) (netip.AddrPort, int, s
 		return dst, http.StatusServiceUnavailable, "unknown_host"
 	case dst.Addr() != info.dst.Addr():
 		return dst, http.StatusBadRequest, "destination_mismatch"
+	case dst.Addr().IsLoopback() && !s.cfg.allowLoopback:
+		return dst, http.StatusBadRequest, "loopback"
 	case IsSelfCallPort(dst.Port()):
 		return dst, http.StatusServiceUnavailable, "self_call"
 	}
