@@ -187,3 +187,38 @@ func TestParseHostAuthority(t *testing.T) {
 		}
 	}
 }
+
+// A host-named tunnel is held to the same limits as an addressed one: its
+// service port must map to the connection's own destination, not to
+// loopback (unless allowed) nor to the proxy's own ports.
+func TestHostTargetChecks(t *testing.T) {
+	t.Parallel()
+	info := &connInfo{dst: netip.MustParseAddrPort("127.0.0.1:15008")}
+	cases := []struct {
+		to     string
+		ok     bool
+		code   int
+		reason string
+	}{
+		{"127.0.0.1:8080", true, http.StatusBadRequest, "loopback"},
+		{"10.0.0.9:8080", true, http.StatusBadRequest, "destination_mismatch"},
+		{"", false, http.StatusServiceUnavailable, "unknown_host"},
+	}
+	for _, c := range cases {
+		s := &Server{cfg: newConfig([]Option{WithHostAuthority(func(string, uint16, netip.Addr) (netip.AddrPort, bool) {
+			if !c.ok {
+				return netip.AddrPort{}, false
+			}
+			return netip.MustParseAddrPort(c.to), true
+		})})}
+		if _, code, reason := s.target(info, hostAuthority{"web.ns.svc.cluster.local", 80}); code != c.code || reason != c.reason {
+			t.Errorf("to %q: %d %s, want %d %s", c.to, code, reason, c.code, c.reason)
+		}
+	}
+	s := &Server{cfg: newConfig([]Option{WithAllowLoopback(true), WithHostAuthority(func(string, uint16, netip.Addr) (netip.AddrPort, bool) {
+		return netip.MustParseAddrPort("127.0.0.1:15001"), true
+	})})}
+	if _, code, reason := s.target(info, hostAuthority{"web.ns.svc.cluster.local", 80}); reason != "self_call" {
+		t.Errorf("a service port mapped to 15001: %d %s, want self_call", code, reason)
+	}
+}
