@@ -194,6 +194,63 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 	}
 }
 
+// gatewayCommand runs the proxy's east-west gateway mode behind the
+// istio-eastwestgateway Service. Its certificate is its own pod's, from
+// meshctl's signer (which chains to the mesh root whichever CA issues the
+// workloads'): istiod's CA lets only node accounts ask for an identity.
+func gatewayCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
+	trustDomain := fs.String("trust-domain", "cluster.local", "the mesh trust domain")
+	listen := fs.String("listen", ":15008", "where tunnels from other networks arrive (HBONE)")
+	certTTL := fs.Duration("cert-ttl", 24*time.Hour, "requested certificate lifetime")
+	admin := fs.String("admin-addr", "127.0.0.1:15000", "admin server (/config_dump): keep it on localhost")
+	metrics := fs.String("metrics-addr", ":15020", "Prometheus metrics")
+	ready := fs.String("ready-addr", ":15021", "readiness (/healthz/ready)")
+	clusterName := fs.String("cluster", "Kubernetes", "this cluster's name in the mesh (Istio's clusterName)")
+	network := fs.String("network", "", "the network this gateway leads into (Istio's global.network)")
+	systemNS := fs.String("system-namespace", "", "namespace of the remote secrets (default: $POD_NAMESPACE, else istio-system)")
+	exclude := newList(fs, "exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed, as the node agent's (comma-separated)")
+	podName := fs.String("pod-name", "", "this Pod's name (default: $POD_NAME)")
+	podUID := fs.String("pod-uid", "", "this Pod's UID (default: $POD_UID)")
+	namespace := fs.String("namespace", "", "this Pod's namespace (default: $POD_NAMESPACE)")
+	serviceAccount := fs.String("service-account", "", "this Pod's service account, whose identity the gateway proves (default: $SERVICE_ACCOUNT)")
+	return func(ctx context.Context, log *slog.Logger) error {
+		cfg := proxy.GatewayConfig{
+			Namespace:      firstNonEmpty(*namespace, os.Getenv("POD_NAMESPACE")),
+			ServiceAccount: firstNonEmpty(*serviceAccount, os.Getenv("SERVICE_ACCOUNT")),
+			PodName:        firstNonEmpty(*podName, os.Getenv("POD_NAME")),
+			PodUID:         firstNonEmpty(*podUID, os.Getenv("POD_UID")),
+			Listen:         *listen,
+		}
+		switch {
+		case cfg.Namespace == "":
+			return errors.New("the gateway's namespace is not set: set --namespace or POD_NAMESPACE")
+		case cfg.ServiceAccount == "":
+			return errors.New("the gateway's service account is not set: set --service-account or SERVICE_ACCOUNT (downward API spec.serviceAccountName)")
+		case cfg.PodName == "" || cfg.PodUID == "":
+			return errors.New("the gateway's pod is not set: set --pod-name and --pod-uid, or POD_NAME and POD_UID (downward API metadata.name, metadata.uid)")
+		case *network == "":
+			return errors.New("--network is empty: a gateway leads into one network, and must know which endpoints are on it")
+		case *clusterName == "":
+			return errors.New("--cluster is empty: remote secrets name clusters, and this one needs a name to tell itself apart")
+		}
+		cs, err := inClusterClient()
+		if err != nil {
+			return err
+		}
+		return proxy.RunGateway(ctx, cfg,
+			proxy.WithTrustDomain(*trustDomain),
+			proxy.WithFetcher(csr.NewClient(cs, csr.WithTTL(*certTTL))),
+			proxy.WithAddresses(*admin, *metrics, *ready),
+			proxy.WithLogger(log),
+			proxy.WithDiscovery(proxy.Discovery{
+				Client: cs, Cluster: *clusterName, Network: *network,
+				SystemNamespace:   firstNonEmpty(*systemNS, cfg.Namespace, "istio-system"),
+				ExcludeNamespaces: *exclude,
+			}),
+		)
+	}
+}
+
 // caRootSource reads the mesh root from a file, or from a ConfigMap's
 // root-cert.pem for "configmap:[NAMESPACE/]NAME" (NAMESPACE defaulting to
 // ns). Either is re-read on every TLS handshake with istiod, so a rotated

@@ -100,7 +100,10 @@ func TestMainArgs(t *testing.T) {
 		{[]string{"dataplane", "proxy", "--mesh-cidrs", "10.0.0.0/8,nonsense"}, 1, "", "--mesh-cidrs"},
 		{[]string{"dataplane", "proxy", "--no-such-flag"}, 1, "", "proxy: flag provided but not defined: -no-such-flag"},
 		{[]string{"dataplane", "proxy", "extra"}, 1, "", `proxy: unexpected argument "extra"`},
-		{[]string{"dataplane", "ztunnel"}, 1, "", `unknown dataplane command "ztunnel" (want one of install-cni, node-agent, proxy, signer)`},
+		{[]string{"dataplane", "ztunnel"}, 1, "", `unknown dataplane command "ztunnel" (want one of install-cni, node-agent, proxy, gateway, signer)`},
+		{[]string{"dataplane", "gateway", "--namespace=istio-system", "--service-account=", "--pod-name=p", "--pod-uid=u", "--network=n"}, 1, "", "SERVICE_ACCOUNT"},
+		{[]string{"dataplane", "gateway", "--namespace=istio-system", "--service-account=gw", "--pod-name=p", "--pod-uid=u", "--network="}, 1, "", "--network is empty"},
+		{[]string{"dataplane", "gateway", "--help"}, 0, "", "-listen string"},
 		{[]string{"dataplane", "proxy", "--help"}, 0, "", "-trust-domain string"},
 	}
 	for _, tt := range tests {

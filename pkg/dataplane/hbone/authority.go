@@ -84,3 +84,53 @@ func forwardedFor(src netip.Addr) string {
 	}
 	return `for="` + src.String() + `"`
 }
+
+// maxHostAuthority bounds a host-name authority: a DNS name and a port.
+const maxHostAuthority = 253 + 6
+
+// hostAuthority is a CONNECT :authority naming a service by host name, as
+// ztunnel sends through a network gateway (double HBONE).
+type hostAuthority struct {
+	host string
+	port uint16
+}
+
+// parseHostAuthority parses "host:port" where host is a DNS name: lower
+// case letters, digits and hyphens in dot-separated labels of 1 to 63
+// characters, not all digits (an IP is never taken for a name).
+func parseHostAuthority(s string) (hostAuthority, error) {
+	i := strings.LastIndexByte(s, ':')
+	if len(s) > maxHostAuthority || i <= 0 {
+		return hostAuthority{}, fmt.Errorf("authority %q: %w", s, errNotHostPort)
+	}
+	host, portStr := s[:i], s[i+1:]
+	if len(portStr) == 0 || len(portStr) > 5 || strings.TrimLeft(portStr, "0123456789") != "" ||
+		(len(portStr) > 1 && portStr[0] == '0') {
+		return hostAuthority{}, fmt.Errorf("authority %q: bad port: %w", s, errNotHostPort)
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil || port == 0 {
+		return hostAuthority{}, fmt.Errorf("authority %q: bad port: %w", s, errNotHostPort)
+	}
+	letters := false
+	for _, label := range strings.Split(host, ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return hostAuthority{}, fmt.Errorf("authority %q: bad host name: %w", s, errNotHostPort)
+		}
+		for _, c := range []byte(label) {
+			switch {
+			case c >= 'a' && c <= 'z', c == '-':
+				letters = true
+			case c >= '0' && c <= '9':
+			default:
+				return hostAuthority{}, fmt.Errorf("authority %q: bad host name: %w", s, errNotHostPort)
+			}
+		}
+	}
+	if !letters {
+		return hostAuthority{}, fmt.Errorf("authority %q: bad host name: %w", s, errNotHostPort)
+	}
+	return hostAuthority{host: host, port: uint16(port)}, nil
+}
+
+var errNotHostPort = errors.New("authority is not host:port")

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,7 +38,31 @@ type Target struct {
 	Peer identity.Identity
 	// Baggage is sent as the `baggage` header when set.
 	Baggage string
+	// Double, when set, makes this double HBONE, as ztunnel reaches a
+	// workload on another network: Gateway and Peer are that network's
+	// east-west gateway and its identity, and Destination is unused.
+	Double *Double
 }
+
+// Double is the inner half of a double-HBONE tunnel: the outer CONNECT
+// goes to the gateway, which picks an endpoint of the service and splices
+// the stream to that endpoint's proxy unread; inside it a second mutual
+// TLS connection, end to end with that proxy, carries the inner CONNECT.
+type Double struct {
+	// Authority names the service, host:port, in both CONNECTs: the
+	// gateway picks an endpoint by it, the endpoint's proxy maps the
+	// service port to its target port.
+	Authority string
+	// Peers are the identities the inner server may prove: those of the
+	// service's endpoints behind the gateway. Empty refuses every server.
+	Peers []identity.Identity
+	// Network is this proxy's network, sent as x-forwarded-network on the
+	// inner CONNECT (ztunnel's sign that it came through a gateway).
+	Network string
+}
+
+// ErrNoPeers is a double-HBONE target that names no acceptable identity.
+var ErrNoPeers = errors.New("no identity to require of the server behind the gateway")
 
 // StatusError is a CONNECT refused by the server.
 type StatusError struct{ Code int }
@@ -232,6 +257,9 @@ func (d *Dialer) connect(ctx context.Context, t Target) (*h2tun.Stream, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.connectTimeout)
 	defer cancel()
 	authority := t.Destination.String()
+	if t.Double != nil {
+		authority = t.Double.Authority
+	}
 	fields := d.headerFields(t)
 	for attempt := 0; ; attempt++ {
 		cc, err := d.clientConn(ctx, t)
@@ -281,9 +309,20 @@ func newTraceparent() string {
 // stream's buffer (or, inline, from the connection's reader) into socket
 // writes.
 func (d *Dialer) Proxy(ctx context.Context, t Target, downstream net.Conn) error {
-	st, err := d.connect(ctx, t)
-	if err != nil {
-		return err
+	var st *h2tun.Stream
+	var err error
+	if t.Double != nil {
+		var end func()
+		st, end, err = d.connectDouble(ctx, t)
+		if err != nil {
+			return err
+		}
+		defer end()
+	} else {
+		st, err = d.connect(ctx, t)
+		if err != nil {
+			return err
+		}
 	}
 	defer st.Close()
 	d.cfg.metrics.opened.WithLabelValues("outbound").Inc()
@@ -324,6 +363,110 @@ func (d *Dialer) Proxy(ctx context.Context, t Target, downstream net.Conn) error
 	}
 	return nil
 }
+
+// connectDouble opens t's outer tunnel to the gateway (pooled, as any
+// tunnel to it), a TLS connection inside it to the proxy of the endpoint
+// the gateway picked, verified against t.Double.Peers, and on that an h2
+// connection of its own with one CONNECT stream — not pooled, as in
+// ztunnel: each new connection must let the gateway pick an endpoint
+// anew. end releases all of it.
+func (d *Dialer) connectDouble(ctx context.Context, t Target) (*h2tun.Stream, func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.connectTimeout)
+	defer cancel()
+	if len(t.Double.Peers) == 0 {
+		return nil, nil, fmt.Errorf("hbone CONNECT %s via %s: %w", t.Double.Authority, t.Gateway, ErrNoPeers)
+	}
+	cert, err := d.cfg.certForID(ctx, t.Source)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hbone CONNECT %s: certificate for %s: %w", t.Double.Authority, t.Source, err)
+	}
+	outer, err := d.connect(ctx, t)
+	if err != nil {
+		return nil, nil, err
+	}
+	peers := t.Double.Peers
+	tc := tls.Client(&outerConn{st: outer}, &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		NextProtos:         []string{"h2"},
+		InsecureSkipVerify: true, // SPIFFE identities, checked below
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return cert, nil
+		},
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			id, err := identity.Verify(rawCerts(cs.PeerCertificates), d.cfg.roots(), d.cfg.trustDomain, identity.Identity{}, d.cfg.now())
+			if err != nil {
+				return err
+			}
+			if !slices.Contains(peers, id) {
+				return fmt.Errorf("%w: peer is %s, want one of %v", identity.ErrWrongPeer, id, peers)
+			}
+			return nil
+		},
+	})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		outer.Close()
+		reason := "tls"
+		if errors.Is(err, identity.ErrWrongPeer) {
+			reason = "peer_identity"
+		}
+		d.cfg.metrics.handshake.WithLabelValues("outbound", reason).Inc()
+		return nil, nil, fmt.Errorf("hbone handshake with %s via %s: %w", t.Double.Authority, t.Gateway, err)
+	}
+	if tc.ConnectionState().NegotiatedProtocol != "h2" {
+		outer.Close()
+		d.cfg.metrics.handshake.WithLabelValues("outbound", "alpn").Inc()
+		return nil, nil, fmt.Errorf("hbone handshake with %s via %s: peer did not negotiate h2", t.Double.Authority, t.Gateway)
+	}
+	m := d.cfg.metrics
+	cc, err := h2tun.NewClient(tc, h2tun.Config{
+		StreamWindow:         defaultStreamWindow,
+		ConnWindow:           defaultConnWindow,
+		MaxReadFrameSize:     clientMaxReadFrameSize,
+		MaxConcurrentStreams: 1,
+		CountError:           func(kind string) { m.h2Errors.WithLabelValues(kind).Inc() },
+	})
+	if err != nil {
+		outer.Close()
+		return nil, nil, fmt.Errorf("hbone h2 with %s via %s: %w", t.Double.Authority, t.Gateway, err)
+	}
+	end := func() { _ = cc.Close(); outer.Close() }
+	fields := d.headerFields(t)
+	if t.Double.Network != "" {
+		fields = append(fields, hpack.HeaderField{Name: "x-forwarded-network", Value: t.Double.Network})
+	}
+	if !cc.Reserve() {
+		end()
+		return nil, nil, fmt.Errorf("hbone CONNECT %s via %s: inner connection refused a stream", t.Double.Authority, t.Gateway)
+	}
+	st, status, err := cc.Connect(ctx, t.Double.Authority, fields)
+	if err != nil {
+		end()
+		return nil, nil, fmt.Errorf("hbone inner CONNECT %s via %s: %w", t.Double.Authority, t.Gateway, err)
+	}
+	if status != http.StatusOK {
+		st.Close()
+		end()
+		return nil, nil, fmt.Errorf("hbone inner CONNECT %s via %s: %w", t.Double.Authority, t.Gateway, &StatusError{Code: status})
+	}
+	return st, end, nil
+}
+
+// outerConn is the outer stream of a double-HBONE tunnel as the net.Conn
+// the inner TLS runs on. Deadlines are not supported (see streamConn);
+// the inner handshake is bounded by its context instead.
+type outerConn struct {
+	st *h2tun.Stream
+}
+
+func (c *outerConn) Read(p []byte) (int, error)       { return c.st.Read(p) }
+func (c *outerConn) Write(p []byte) (int, error)      { return c.st.Write(p) }
+func (c *outerConn) CloseWrite() error                { return c.st.CloseWrite() }
+func (c *outerConn) Close() error                     { c.st.Close(); return nil }
+func (c *outerConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c *outerConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (c *outerConn) SetDeadline(time.Time) error      { return errors.ErrUnsupported }
+func (c *outerConn) SetReadDeadline(time.Time) error  { return errors.ErrUnsupported }
+func (c *outerConn) SetWriteDeadline(time.Time) error { return errors.ErrUnsupported }
 
 // Dial opens a tunnel and returns it as a net.Conn, for callers that are not
 // splicing an accepted socket (interop tests, benchmarks, tools).

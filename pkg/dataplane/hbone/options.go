@@ -51,6 +51,8 @@ type config struct {
 	dial             func(ctx context.Context, network, addr string) (net.Conn, error)
 	upstreamDial     func(ctx context.Context, src netip.Addr, dst netip.AddrPort) (net.Conn, error)
 	authorize        func(ctx context.Context, peer identity.Identity, src, dst netip.AddrPort) error
+	hostTarget       func(host string, port uint16, dst netip.Addr) (netip.AddrPort, bool)
+	relay            func(host string, port uint16) (netip.AddrPort, bool)
 	allowLoopback    bool
 	metrics          *Metrics
 	log              *slog.Logger
@@ -140,6 +142,25 @@ func WithMark(mark int) Option { return func(c *config) { c.mark = mark } }
 // WithAuthorizer sets the inbound policy; an error makes the server answer 401.
 func WithAuthorizer(f func(ctx context.Context, peer identity.Identity, src, dst netip.AddrPort) error) Option {
 	return func(c *config) { c.authorize = f }
+}
+
+// WithHostAuthority lets the server take CONNECTs whose :authority names a
+// service, host:port, as a network gateway forwards them (the inner tunnel
+// of double HBONE): f maps the service port to the destination, on dst
+// (the connection's own destination address) as always; false answers 503.
+// Without it such requests are refused (400).
+func WithHostAuthority(f func(host string, port uint16, dst netip.Addr) (netip.AddrPort, bool)) Option {
+	return func(c *config) { c.hostTarget = f }
+}
+
+// WithRelay makes the server a network gateway: every CONNECT names a
+// service, host:port, and f picks the next hop (an endpoint's ip:15008) to
+// which the stream is spliced unread — the inner tunnel's mutual TLS stays
+// between the two end proxies. The destination-address and self-call
+// checks, which guard a pod's own namespace, do not apply; false answers
+// 503. IP authorities are refused (400).
+func WithRelay(f func(host string, port uint16) (netip.AddrPort, bool)) Option {
+	return func(c *config) { c.relay = f }
 }
 
 // WithAllowLoopback lets CONNECT target loopback addresses. Only tests and

@@ -161,28 +161,65 @@ func (s *Server) handshakeFailure(c net.Conn, err error) string {
 }
 
 // admit checks a request as ztunnel does; code is 0 when it may proceed.
-func (s *Server) admit(info *connInfo, req *h2tun.Request) (dst netip.AddrPort, code int, reason string) {
+// The destination is dst, or for a host-name authority (gateways, and
+// tunnels they forward) host, resolved by target.
+func (s *Server) admit(info *connInfo, req *h2tun.Request) (dst netip.AddrPort, host hostAuthority, code int, reason string) {
 	headerBytes := req.HeaderBytes
 	if req.Truncated {
 		headerBytes = max(headerBytes, s.cfg.maxHeaderBytes+1)
 	}
 	if req.Method != http.MethodConnect {
-		return dst, http.StatusBadRequest, "method"
+		return dst, host, http.StatusBadRequest, "method"
+	}
+	if s.cfg.relay != nil || s.cfg.hostTarget != nil {
+		if h, err := parseHostAuthority(req.Authority); err == nil {
+			if headerBytes > s.cfg.maxHeaderBytes {
+				return dst, h, http.StatusRequestHeaderFieldsTooLarge, "headers_too_large"
+			}
+			return dst, h, 0, ""
+		}
+		if s.cfg.relay != nil {
+			return dst, host, http.StatusBadRequest, "authority"
+		}
 	}
 	dst, err := ParseAuthority(req.Authority)
 	switch {
 	case err != nil:
-		return dst, http.StatusBadRequest, "authority"
+		return dst, host, http.StatusBadRequest, "authority"
 	case dst.Addr() != info.dst.Addr():
 		// A tunnel may only reach the workload it was addressed to; otherwise
 		// 15008 would be an open relay into the pod's network namespace.
+		return dst, host, http.StatusBadRequest, "destination_mismatch"
+	case dst.Addr().IsLoopback() && !s.cfg.allowLoopback:
+		return dst, host, http.StatusBadRequest, "loopback"
+	case IsSelfCallPort(dst.Port()):
+		return dst, host, http.StatusBadRequest, "self_call"
+	case headerBytes > s.cfg.maxHeaderBytes:
+		return dst, host, http.StatusRequestHeaderFieldsTooLarge, "headers_too_large"
+	}
+	return dst, host, 0, ""
+}
+
+// target resolves a host-name authority: the next hop for a gateway, the
+// service's target port on the connection's destination otherwise.
+func (s *Server) target(info *connInfo, h hostAuthority) (netip.AddrPort, int, string) {
+	if s.cfg.relay != nil {
+		dst, ok := s.cfg.relay(h.host, h.port)
+		if !ok {
+			return dst, http.StatusServiceUnavailable, "no_endpoint"
+		}
+		return dst, 0, ""
+	}
+	dst, ok := s.cfg.hostTarget(h.host, h.port, info.dst.Addr())
+	switch {
+	case !ok:
+		return dst, http.StatusServiceUnavailable, "unknown_host"
+	case dst.Addr() != info.dst.Addr():
 		return dst, http.StatusBadRequest, "destination_mismatch"
 	case dst.Addr().IsLoopback() && !s.cfg.allowLoopback:
 		return dst, http.StatusBadRequest, "loopback"
 	case IsSelfCallPort(dst.Port()):
-		return dst, http.StatusBadRequest, "self_call"
-	case headerBytes > s.cfg.maxHeaderBytes:
-		return dst, http.StatusRequestHeaderFieldsTooLarge, "headers_too_large"
+		return dst, http.StatusServiceUnavailable, "self_call"
 	}
 	return dst, 0, ""
 }
@@ -238,7 +275,7 @@ func (s *Server) serveTunnels(ctx context.Context, c net.Conn, bc *batchConn, in
 		// Requests ztunnel would refuse are answered on h2tun's read loop,
 		// before it reads the peer's next frame: see h2tun.Config.Admit.
 		Admit: func(req *h2tun.Request) int {
-			_, code, reason := s.admit(info, req)
+			_, _, code, reason := s.admit(info, req)
 			if code != 0 {
 				s.cfg.metrics.rejects.WithLabelValues(strconv.Itoa(code), reason).Inc()
 			}
@@ -256,7 +293,10 @@ func (s *Server) serveTunnels(ctx context.Context, c net.Conn, bc *batchConn, in
 // serveTunnel handles one CONNECT stream.
 func (s *Server) serveTunnel(ctx context.Context, info *connInfo, st *h2tun.Stream, req *h2tun.Request) {
 	// Admit already let this request through; this gives its destination.
-	dst, code, reason := s.admit(info, req)
+	dst, host, code, reason := s.admit(info, req)
+	if code == 0 && host.host != "" {
+		dst, code, reason = s.target(info, host)
+	}
 	if code != 0 {
 		s.reject(st, code, reason)
 		return

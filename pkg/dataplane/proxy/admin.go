@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
@@ -84,6 +85,12 @@ func (p *Proxy) adminHandler() http.Handler {
 func (p *Proxy) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func promhttpHandler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux
 }
 

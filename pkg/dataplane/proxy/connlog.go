@@ -29,8 +29,14 @@ type ConnRecord struct {
 	// Target where the proxy sent it (outbound only).
 	Dst    netip.AddrPort `json:"dst"`
 	Target netip.AddrPort `json:"target,omitzero"`
+	// Gateway and Authority are set for a destination on another
+	// network: the east-west gateway the tunnel went to and the service
+	// (host:port) it asked for; the gateway picked the endpoint.
+	Gateway   netip.AddrPort `json:"gateway,omitzero"`
+	Authority string         `json:"authority,omitempty"`
 	// Peer is the other side's SPIFFE ID: outbound, the identity the
-	// server had to prove (empty when any mesh identity was accepted);
+	// server had to prove (empty when any mesh identity was accepted;
+	// through a gateway, the identities any of which it could prove);
 	// inbound HBONE, the client's certificate.
 	Peer  string `json:"peer,omitempty"`
 	Error string `json:"error,omitempty"`

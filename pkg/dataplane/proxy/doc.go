@@ -35,9 +35,21 @@
 // mTLS) a reset; both count in meshctl_proxy_policy_denied_total, and
 // /config_dump lists the policies.
 //
-// Not yet done: endpoints on other networks (east-west gateways) are not
-// reached.
+// Other networks, as ztunnel: an endpoint on another network is reached
+// through that network's east-west gateway (the model knows it from the
+// gateway Service's network label and load-balancer address) by double
+// HBONE — an outer tunnel to the gateway, requiring its identity, both
+// CONNECTs naming the service (host:port), and inside the outer one a
+// tunnel of its own, mutual TLS end to end with the endpoint's proxy,
+// requiring one of the service's identities there. No known gateway:
+// refused (reason no_network_gateway). Gateway is the other end: the
+// proxy's gateway mode (RunGateway), which terminates the outer tunnel
+// with its own identity, picks a ready endpoint on its network and splices
+// the stream to that endpoint's 15008 unread; tunnels it forwards arrive
+// at the endpoint's proxy naming the service, mapped to the pod's target
+// port by the model.
 //
-// Entry point: Run(ctx, opts...). In a cluster, certificates come from
+// Entry points: Run(ctx, opts...) for the node proxy, RunGateway for the
+// east-west gateway. In a cluster, certificates come from
 // WithFetcher(csr.NewClient(clientset)).
 package proxy

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"log/slog"
+	"net"
 	"net/netip"
 	"time"
 
@@ -79,6 +80,9 @@ type options struct {
 	policyRootNS string
 	policies     *policy.Store
 	lookup       func(dst netip.Addr) (namespace string, labels map[string]string, ok bool)
+	// gatewayListener replaces the gateway's own listen (tests serve it
+	// in a network namespace).
+	gatewayListener net.Listener
 }
 
 func defaults() options {

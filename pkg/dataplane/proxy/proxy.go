@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,8 @@ type Proxy struct {
 	noTransparent atomic.Bool // IP_TRANSPARENT found not permitted
 
 	outRefused *prometheus.CounterVec
+	viaGateway *prometheus.CounterVec
+	network    string          // this proxy's, sent through gateways
 	conns      connLog         // /debug/connections
 	model      model.Interface // nil: mesh CIDRs decide, as without a cluster
 	source     model.Source
@@ -73,9 +76,15 @@ func New(opts ...Option) (*Proxy, error) {
 	p.dialsRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "meshctl_proxy_dials_refused_total",
 		Help: "Dials not attempted because the workload already had its maximum of connects in progress."})
 	p.outRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshctl_proxy_outbound_refused_total",
-		Help: "Outbound connections refused because the service model gives them nowhere safe to go, by reason: unknown_destination (a mesh address the model does not know), unknown_service_port, no_healthy_endpoint."},
+		Help: "Outbound connections refused because the service model gives them nowhere safe to go, by reason: unknown_destination (a mesh address the model does not know), unknown_service_port, no_healthy_endpoint, no_network_gateway (the only endpoints are on networks whose east-west gateway is not known)."},
 		[]string{"reason"})
+	p.viaGateway = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshctl_proxy_outbound_network_gateway_total",
+		Help: "Outbound connections sent to an endpoint on another network through that network's east-west gateway (double HBONE), by network and result (ok, or error when the tunnel failed)."},
+		[]string{"network", "result"})
 	p.model, p.source = o.model, o.source
+	if o.discovery != nil {
+		p.network = o.discovery.Network
+	}
 	if d := o.discovery; d != nil && p.model == nil {
 		if d.Client == nil {
 			return nil, errors.New("proxy: WithDiscovery needs a Kubernetes client")
@@ -87,7 +96,7 @@ func New(opts ...Option) (*Proxy, error) {
 		})
 	}
 	p.reg.MustRegister(p.dialsRefused, p.fallbacks, p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p.reg.MustRegister(p.outRefused)
+	p.reg.MustRegister(p.outRefused, p.viaGateway)
 	p.policies = o.policies
 	if p.policies == nil && o.policyConfig != nil {
 		p.policies = policy.NewStore(o.policyRootNS)
@@ -214,14 +223,16 @@ func (p *Proxy) handle(ctx context.Context, ev WorkloadEvent) error {
 
 // runSource feeds the model until ctx ends, restarting the source when it
 // fails (an API server that went away comes back).
-func (p *Proxy) runSource(ctx context.Context) {
+func (p *Proxy) runSource(ctx context.Context) { runSource(ctx, p.source, p.model, p.opts.log) }
+
+func runSource(ctx context.Context, source model.Source, sink model.Sink, log *slog.Logger) {
 	backoff := time.Second
 	for {
-		err := p.source.Run(ctx, p.model)
+		err := source.Run(ctx, sink)
 		if ctx.Err() != nil {
 			return
 		}
-		p.opts.log.Warn("service model source ended; restarting", "err", err, "retry", backoff)
+		log.Warn("service model source ended; restarting", "err", err, "retry", backoff)
 		select {
 		case <-ctx.Done():
 			return
@@ -240,6 +251,10 @@ type outRoute struct {
 	gateway netip.AddrPort    // hbone: where the tunnel goes
 	peer    identity.Identity // hbone: the server's required identity
 	refuse  string            // non-empty: refused, for this reason
+	// double is set for an endpoint on another network: gateway and peer
+	// are then its east-west gateway's, network its network.
+	double  *hbone.Double
+	network string
 }
 
 // defaultLearnWait bounds the wait for the model to learn a new mesh
@@ -296,6 +311,12 @@ func (p *Proxy) resolveNow(dst netip.AddrPort) outRoute {
 	}
 	up, res := p.model.Resolve(dst)
 	switch {
+	case res == model.Found && up.Gateway.IsValid():
+		return outRoute{hbone: true, target: up.Addr, gateway: up.Gateway, peer: up.GatewayIdentity, network: up.GatewayNetwork,
+			double: &hbone.Double{
+				Authority: up.Hostname + ":" + strconv.Itoa(int(up.ServicePort)),
+				Peers:     up.Identities, Network: p.network,
+			}}
 	case res == model.Found && up.HBONE:
 		return outRoute{hbone: true, target: up.Addr, gateway: netip.AddrPortFrom(up.Addr.Addr(), PortHBONE), peer: up.Identity}
 	case res == model.Found:

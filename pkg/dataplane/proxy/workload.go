@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,6 +128,11 @@ func (p *Proxy) startWorkload(ctx context.Context, w *workload) error {
 		hbone.WithLogger(p.opts.log),
 		hbone.WithDialContext(dial),
 	}, p.opts.hboneOptions...)
+	if p.model != nil {
+		// Tunnels a network gateway forwards name the service, not the
+		// pod: the model maps the service port to this pod's.
+		common = append(common, hbone.WithHostAuthority(p.model.InboundTarget))
+	}
 	w.dialer, err = hbone.NewDialer(append(common, hbone.WithClientCertificates(p.certs.Certificate))...)
 	if err != nil {
 		return err
@@ -256,13 +262,31 @@ func (p *Proxy) outbound(ctx context.Context, w *workload, c net.Conn) {
 	if !route.peer.IsZero() {
 		rec.Peer = route.peer.String()
 	}
+	if route.double != nil {
+		// The gateway picks the endpoint: the record names the service
+		// and the identities its endpoints there may prove.
+		rec.Target, rec.Gateway, rec.Authority = netip.AddrPort{}, route.gateway, route.double.Authority
+		ids := make([]string, len(route.double.Peers))
+		for i, id := range route.double.Peers {
+			ids[i] = id.String()
+		}
+		rec.Peer = strings.Join(ids, ",")
+	}
 	failed := p.conns.add(rec)
 	src := addrPort(c.RemoteAddr()).Addr()
 	err = w.dialer.Proxy(ctx, hbone.Target{
 		Source: w.id, SourceAddr: src, Gateway: route.gateway, Destination: route.target, Peer: route.peer,
 		Baggage: "k8s.namespace.name=" + w.namespace + ",k8s.pod.name=" + w.name,
+		Double:  route.double,
 	}, c)
 	failed(err)
+	if route.double != nil {
+		result := "ok"
+		if err != nil {
+			result = "error"
+		}
+		p.viaGateway.WithLabelValues(route.network, result).Inc()
+	}
 	if err != nil {
 		p.opts.log.Debug("outbound tunnel failed", "pod", w.namespace+"/"+w.name, "dst", dst, "err", err)
 		resetConn(c)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshctl/meshctl/pkg/cluster/model"
+	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/install/charts"
 	"github.com/meshctl/meshctl/pkg/install/values"
 )
@@ -207,8 +208,8 @@ func TestRenderDebugAndNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := out["meshctl-cni"] + out["meshctl-dataplane"]
-	if strings.Count(all, "- --verbosity=2") != 4 {
-		t.Errorf("debug logging: %d of 4 containers have --verbosity=2", strings.Count(all, "- --verbosity=2"))
+	if strings.Count(all, "- --verbosity=2") != 5 {
+		t.Errorf("debug logging: %d of 5 containers have --verbosity=2", strings.Count(all, "- --verbosity=2"))
 	}
 	if !strings.Contains(all, "namespace: mesh\n") || strings.Contains(all, "namespace: istio-system") {
 		t.Error("global.istioNamespace does not move the charts")
@@ -341,5 +342,64 @@ func TestProxyCannotDeleteCSRs(t *testing.T) {
 	}
 	if got := verbs["meshctl-signer"]; !strings.Contains(got, "delete") {
 		t.Errorf("signer's verbs on CSRs: %q, want delete among them", got)
+	}
+}
+
+// TestRenderGateway: on two networks the dataplane chart deploys the
+// east-west gateway: Pods the istio-eastwestgateway Service selects,
+// running the gateway mode for the cluster's network under the gateway's
+// own service account, which the signer accepts; on one network, none.
+func TestRenderGateway(t *testing.T) {
+	t.Parallel()
+	out, err := New().Render(clusterValues(t, "cluster2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dep *appsv1.Deployment
+	for _, doc := range strings.Split(out["meshctl-dataplane"], "\n---\n") {
+		if strings.Contains(doc, "kind: Deployment") && strings.Contains(doc, "name: istio-eastwestgateway") {
+			dep = &appsv1.Deployment{}
+			if err := yaml.UnmarshalStrict([]byte(strings.TrimPrefix(doc, "---\n")), dep); err != nil {
+				t.Fatalf("gateway Deployment: %v", err)
+			}
+		}
+	}
+	if dep == nil {
+		t.Fatal("no gateway Deployment on two networks")
+	}
+	labels := dep.Spec.Template.Labels
+	for k, v := range gateway.GatewaySelector("network-2") {
+		if labels[k] != v {
+			t.Errorf("gateway Pod label %s=%q, want %q (what the Service selects)", k, labels[k], v)
+		}
+	}
+	spec := dep.Spec.Template.Spec
+	args := strings.Join(spec.Containers[0].Args, " ")
+	for _, want := range []string{"dataplane gateway", "--network=network-2", "--cluster=cluster2", "--listen=:15008"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("gateway args %q lack %q", args, want)
+		}
+	}
+	if spec.ServiceAccountName != "istio-eastwestgateway" {
+		t.Errorf("gateway service account %q", spec.ServiceAccountName)
+	}
+	if !strings.Contains(out["meshctl-dataplane"], "--proxy-users=system:serviceaccount:istio-system:meshctl-proxy,system:serviceaccount:istio-system:istio-eastwestgateway") {
+		t.Error("the signer does not accept the gateway's requests")
+	}
+
+	plan, err := model.NewPlan(model.Request{Env: "golden", Clusters: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := values.New(values.WithProfile("ambient")).Render(plan, "cluster2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := New().Render(rendered[0].Values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(one["meshctl-dataplane"], "istio-eastwestgateway") {
+		t.Error("a one-network mesh got an east-west gateway")
 	}
 }

@@ -372,6 +372,16 @@ func (w *clusterWatch) syncService(ns, name string) {
 			s.VIPs = append(s.VIPs, NetworkAddr{network, a.Unmap()})
 		}
 	}
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		// A Service labelled with a network is that network's gateway, as
+		// istiod discovers network gateways.
+		s.GatewayFor = svc.Labels[NetworkLabel]
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if a, err := netip.ParseAddr(in.IP); err == nil {
+				s.LoadBalancer = append(s.LoadBalancer, a.Unmap())
+			}
+		}
+	}
 	for _, p := range svc.Spec.Ports {
 		if p.Protocol != corev1.ProtocolTCP && p.Protocol != "" {
 			continue // the proxy carries TCP only

@@ -174,3 +174,62 @@ func TestKubeSource(t *testing.T) {
 	}
 	eventually(t, "service gone", func() bool { return len(m.Dump().Services) == 0 })
 }
+
+// TestKubeSourceNetworkGateway: a remote cluster on another network with
+// its east-west gateway — a LoadBalancer Service labelled with the network,
+// as meshctl creates istio-eastwestgateway — makes that cluster's
+// endpoints reachable through the gateway's load-balancer address, holding
+// the gateway to its pods' identity.
+func TestKubeSourceNetworkGateway(t *testing.T) {
+	local := fake.NewClientset(
+		namespace("istio-system", nil),
+		namespace("app", map[string]string{"istio.io/dataplane-mode": "ambient"}),
+		webService("app", "10.96.0.10"),
+	)
+	gw := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "istio-system", Name: "istio-eastwestgateway", Labels: map[string]string{NetworkLabel: "net2"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "10.97.0.99", ClusterIPs: []string{"10.97.0.99"},
+			Ports: []corev1.ServicePort{{Name: "tcp-hbone", Port: 15008, TargetPort: intstr.FromInt32(15008), Protocol: corev1.ProtocolTCP}}},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "172.18.200.1"}}}},
+	}
+	gwSlice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "istio-system", Name: "gw-1", Labels: map[string]string{discoveryv1.LabelServiceName: "istio-eastwestgateway"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr("tcp-hbone"), Port: ptr(int32(15008)), Protocol: ptr(corev1.ProtocolTCP)}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.2.0.100"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "istio-system", Name: "gw"}}},
+	}
+	remote := fake.NewClientset(
+		namespace("istio-system", map[string]string{NetworkLabel: "net2"}),
+		namespace("app", map[string]string{"istio.io/dataplane-mode": "ambient"}),
+		pod("app", "b", "10.2.0.5", true),
+		pod("istio-system", "gw", "10.2.0.100", true),
+		webService("app", "10.97.0.20"),
+		slice("app", "web-x", 9191, map[string]string{"b": "10.2.0.5"}),
+		gw, gwSlice,
+	)
+	m := New("c1", "net1")
+	src := NewKube(local, KubeConfig{Cluster: "c1", Network: "net1", ExcludeNamespaces: []string{"kube-system", "istio-system"},
+		NewClient: func([]byte) (kubernetes.Interface, error) { return remote, nil }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, m) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "sync", m.Synced)
+	if _, err := local.CoreV1().Secrets("istio-system").Create(ctx, remoteSecret("c2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the remote endpoint through its gateway", func() bool {
+		up, r := m.Resolve(addr("10.96.0.10:80"))
+		return r == Found && up.Gateway == addr("172.18.200.1:15008") &&
+			up.GatewayIdentity.String() == "spiffe://cluster.local/ns/istio-system/sa/sa-gw" &&
+			len(up.Identities) == 1 && up.Identities[0].String() == "spiffe://cluster.local/ns/app/sa/sa-b"
+	})
+
+	// The load balancer loses its address: no gateway, refused.
+	gw.Status.LoadBalancer.Ingress = nil
+	if _, err := remote.CoreV1().Services("istio-system").UpdateStatus(ctx, gw, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "no gateway address", func() bool { _, r := m.Resolve(addr("10.96.0.10:80")); return r == NoGateway })
+}

@@ -89,6 +89,13 @@ type Service struct {
 	VIPs      []NetworkAddr
 	Ports     []Port
 	Endpoints []Endpoint
+	// GatewayFor names the network this service is the east-west gateway
+	// of (Istio's topology.istio.io/network label on a Service): its
+	// LoadBalancer addresses reach that network from the others.
+	GatewayFor string
+	// LoadBalancer is the service's external (load-balancer ingress)
+	// addresses.
+	LoadBalancer []netip.Addr
 }
 
 // Sink is what a source feeds: per cluster, so that the model can merge
@@ -123,7 +130,25 @@ type Upstream struct {
 	WorkloadUID string
 	// Service is set when the destination was a service VIP.
 	Service NamespacedName
+
+	// Gateway is set when the endpoint is on another network: the
+	// connection goes through that network's east-west gateway as
+	// ztunnel's double HBONE (an outer tunnel to Gateway, proving
+	// GatewayIdentity, and inside it a tunnel to whichever endpoint the
+	// gateway picks). Both CONNECTs name the service, Hostname:ServicePort,
+	// and the inner server must be one of Identities: any ready endpoint
+	// of the service on that network. Addr, Identity and WorkloadUID are
+	// then the endpoint this proxy picked, which the gateway may not.
+	Gateway         netip.AddrPort
+	GatewayIdentity identity.Identity
+	GatewayNetwork  string
+	Hostname        string
+	ServicePort     uint16
+	Identities      []identity.Identity
 }
+
+// PortHBONE is where a node proxy, and an east-west gateway, take HBONE.
+const PortHBONE = 15008
 
 // Result says what Resolve found.
 type Result uint8
@@ -137,6 +162,10 @@ const (
 	NoPort
 	// NoEndpoint: a service VIP with no ready endpoint reachable from here.
 	NoEndpoint
+	// NoGateway: a service VIP whose only ready endpoints are on networks
+	// whose east-west gateway is not known (no address, or no ready pod
+	// to say which identity it proves).
+	NoGateway
 )
 
 // String is the Result as a metric label.
@@ -148,6 +177,8 @@ func (r Result) String() string {
 		return "unknown_service_port"
 	case NoEndpoint:
 		return "no_healthy_endpoint"
+	case NoGateway:
+		return "no_network_gateway"
 	}
 	return "unknown_destination"
 }
@@ -162,6 +193,14 @@ type Interface interface {
 	WorkloadAt(addr netip.Addr) (namespace string, labels map[string]string, ok bool)
 	Synced() bool
 	Dump() Dump
+	// InboundTarget is where an inbound tunnel whose :authority names a
+	// service (host:port, as a network gateway forwards them) goes: the
+	// target port of that service's endpoint at dst, on this network.
+	InboundTarget(host string, port uint16, dst netip.Addr) (netip.AddrPort, bool)
+	// GatewayTarget is where this proxy, as the east-west gateway of its
+	// network, forwards a tunnel for service host:port: a ready HBONE
+	// endpoint on this network, at its node proxy's port 15008.
+	GatewayTarget(host string, port uint16) (netip.AddrPort, bool)
 }
 
 // WorkloadAt implements Interface; a ready workload wins over a finished
@@ -194,6 +233,11 @@ type Model struct {
 	inputs    map[NamespacedName]map[string]*Service // per cluster
 	services  map[NamespacedName]*service            // merged
 	byVIP     map[NetworkAddr][]vipRef
+	byHost    map[string]*service
+	// gatewayKeys are the services some cluster's view marks as a network
+	// gateway (Service.GatewayFor); views, not the merge, say which network
+	// each cluster's gateway is for.
+	gatewayKeys map[NamespacedName]struct{}
 }
 
 // service is the merge of every cluster's Service of one namespace/name.
@@ -220,6 +264,9 @@ func New(cluster, network string) *Model {
 		inputs:    map[NamespacedName]map[string]*Service{},
 		services:  map[NamespacedName]*service{},
 		byVIP:     map[NetworkAddr][]vipRef{},
+		byHost:    map[string]*service{},
+
+		gatewayKeys: map[NamespacedName]struct{}{},
 	}
 }
 
@@ -275,6 +322,7 @@ func (m *Model) deleteWorkloadLocked(uid string) {
 func (m *Model) UpsertService(cluster string, s Service) {
 	key := NamespacedName{s.Namespace, s.Name}
 	s.VIPs, s.Ports, s.Endpoints = slices.Clone(s.VIPs), slices.Clone(s.Ports), slices.Clone(s.Endpoints)
+	s.LoadBalancer = slices.Clone(s.LoadBalancer)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.inputs[key] == nil {
@@ -332,11 +380,20 @@ func (m *Model) remergeLocked(key NamespacedName) {
 			}
 		}
 		delete(m.services, key)
+		if m.byHost[old.Hostname] == old {
+			delete(m.byHost, old.Hostname)
+		}
 	}
+	delete(m.gatewayKeys, key)
 	views := m.inputs[key]
 	if len(views) == 0 {
 		delete(m.inputs, key)
 		return
+	}
+	for _, v := range views {
+		if v.GatewayFor != "" {
+			m.gatewayKeys[key] = struct{}{}
+		}
 	}
 	clusters := make([]string, 0, len(views))
 	for c := range views {
@@ -373,15 +430,19 @@ func (m *Model) remergeLocked(key NamespacedName) {
 		s.Endpoints = append(s.Endpoints, v.Endpoints...)
 	}
 	m.services[key] = s
+	if s.Hostname != "" {
+		m.byHost[s.Hostname] = s
+	}
 	for i, vip := range s.VIPs {
 		m.byVIP[vip] = append(m.byVIP[vip], vipRef{svc: s, cluster: s.vipClusters[i]})
 	}
 }
 
 // Resolve decides where a connection to dst goes: a service VIP picks a
-// ready endpoint on this network at random (as ztunnel does without a
+// ready endpoint at random (as ztunnel does without a
 // load-balancing policy) and maps the port to its target port; a workload
-// address goes to that workload. It allocates nothing.
+// address goes to that workload. It allocates nothing, but for an
+// endpoint on another network (see Upstream.Gateway).
 func (m *Model) Resolve(dst netip.AddrPort) (Upstream, Result) {
 	addr := dst.Addr().Unmap()
 	k := NetworkAddr{m.network, addr}
@@ -397,9 +458,9 @@ func (m *Model) Resolve(dst netip.AddrPort) (Upstream, Result) {
 		if _, ok := s.targets[dst.Port()]; !ok {
 			return Upstream{}, NoPort
 		}
-		up, ok := m.pickLocked(s, dst.Port(), addr.Is6())
-		if !ok {
-			return Upstream{}, NoEndpoint
+		up, res := m.pickLocked(s, dst.Port(), addr.Is6())
+		if res != Found {
+			return Upstream{}, res
 		}
 		up.Service = NamespacedName{s.Namespace, s.Name}
 		return up, Found
@@ -422,56 +483,97 @@ func (m *Model) Resolve(dst netip.AddrPort) (Upstream, Result) {
 }
 
 // pickLocked chooses uniformly among s's usable endpoints, in two passes
-// so as not to allocate.
-func (m *Model) pickLocked(s *service, port uint16, v6 bool) (Upstream, bool) {
-	n := 0
+// so as not to allocate (but for an endpoint on another network, which
+// needs the set of identities behind its gateway).
+func (m *Model) pickLocked(s *service, port uint16, v6 bool) (Upstream, Result) {
+	n, noGateway := 0, false
 	for i := range s.Endpoints {
-		if _, ok := m.usableLocked(s, &s.Endpoints[i], port, v6); ok {
+		switch _, u := m.usableLocked(s, &s.Endpoints[i], port, v6); u {
+		case usable:
 			n++
+		case gatewayUnknown:
+			noGateway = true
 		}
 	}
 	if n == 0 {
-		return Upstream{}, false
+		if noGateway {
+			return Upstream{}, NoGateway
+		}
+		return Upstream{}, NoEndpoint
 	}
 	k := rand.IntN(n)
 	for i := range s.Endpoints {
-		if up, ok := m.usableLocked(s, &s.Endpoints[i], port, v6); ok {
-			if k == 0 {
-				return up, true
+		if up, u := m.usableLocked(s, &s.Endpoints[i], port, v6); u == usable {
+			if k > 0 {
+				k--
+				continue
 			}
-			k--
+			if up.Gateway.IsValid() {
+				up.Hostname, up.ServicePort = s.Hostname, port
+				up.Identities = m.identitiesLocked(s, up.GatewayNetwork)
+			}
+			return up, Found
 		}
 	}
-	return Upstream{}, false
+	return Upstream{}, NoEndpoint
 }
 
+// usability says whether an endpoint can take a connection from here.
+type usability uint8
+
+const (
+	unusable usability = iota
+	usable
+	// gatewayUnknown: ready, but on a network without a known gateway.
+	gatewayUnknown
+)
+
 // usableLocked says whether ep can take a connection to service port port
-// from here, and where it would go: ready, on this network, with an
-// address of the destination's family and a target port.
-func (m *Model) usableLocked(s *service, ep *Endpoint, port uint16, v6 bool) (Upstream, bool) {
+// from here, and where it would go: ready, with an address of the
+// destination's family and a target port, and on this network or, meshed,
+// on one whose east-west gateway is known.
+func (m *Model) usableLocked(s *service, ep *Endpoint, port uint16, v6 bool) (Upstream, usability) {
 	if !ep.Ready {
-		return Upstream{}, false
+		return Upstream{}, unusable
 	}
 	target := ep.Ports[port]
 	if target == 0 {
 		target = s.targets[port]
 	}
 	if target == 0 {
-		return Upstream{}, false
+		return Upstream{}, unusable
 	}
 	addrs, network := ep.Addrs, ep.Network
 	var w *Workload
 	if ep.WorkloadUID != "" {
 		w = m.workloads[ep.WorkloadUID]
 		if w == nil || !w.Ready {
-			return Upstream{}, false
+			return Upstream{}, unusable
 		}
 		addrs, network = w.IPs, w.Network
 	}
 	if network != m.network {
-		// Another network is reached through its east-west gateway,
-		// which the model does not know yet.
-		return Upstream{}, false
+		// Only the mesh crosses networks, inside a tunnel the gateway can
+		// forward without reading it: plain TCP endpoints there are out
+		// of reach, as in ztunnel.
+		if w == nil || !w.HBONE || len(addrs) == 0 {
+			return Upstream{}, unusable
+		}
+		gw, gwID, ok := m.gatewayLocked(network, v6)
+		if !ok {
+			return Upstream{}, gatewayUnknown
+		}
+		a := addrs[0]
+		for _, x := range addrs {
+			if x.Is6() == v6 {
+				a = x
+				break
+			}
+		}
+		return Upstream{
+			Addr: netip.AddrPortFrom(a, target), Identity: w.Identity(), HBONE: true, WorkloadUID: w.UID,
+			Gateway: gw, GatewayIdentity: gwID, GatewayNetwork: network,
+		}, usable
 	}
 	for _, a := range addrs {
 		if a.Is6() == v6 {
@@ -482,8 +584,132 @@ func (m *Model) usableLocked(s *service, ep *Endpoint, port uint16, v6 bool) (Up
 					up.Identity = w.Identity()
 				}
 			}
-			return up, true
+			return up, usable
 		}
 	}
-	return Upstream{}, false
+	return Upstream{}, unusable
+}
+
+// gatewayLocked finds network's east-west gateway: a service some
+// cluster marks as the network's gateway, with a load-balancer address
+// (of the destination's family if it has one), HBONE's port, and ready
+// pods that all have one identity — the identity the outer tunnel
+// requires. Pods that disagree leave nothing to require: not usable.
+func (m *Model) gatewayLocked(network string, v6 bool) (netip.AddrPort, identity.Identity, bool) {
+	for key := range m.gatewayKeys {
+		for _, v := range m.inputs[key] {
+			if v.GatewayFor != network || len(v.LoadBalancer) == 0 ||
+				!slices.ContainsFunc(v.Ports, func(p Port) bool { return p.Port == PortHBONE }) {
+				continue
+			}
+			var id identity.Identity
+			agree := true
+			for i := range v.Endpoints {
+				ep := &v.Endpoints[i]
+				w := m.workloads[ep.WorkloadUID]
+				if !ep.Ready || w == nil || !w.Ready {
+					continue
+				}
+				switch wid := w.Identity(); {
+				case id.IsZero():
+					id = wid
+				case id != wid:
+					agree = false
+				}
+			}
+			if id.IsZero() || !agree {
+				continue
+			}
+			a := v.LoadBalancer[0]
+			for _, x := range v.LoadBalancer {
+				if x.Is6() == v6 {
+					a = x
+					break
+				}
+			}
+			return netip.AddrPortFrom(a, PortHBONE), id, true
+		}
+	}
+	return netip.AddrPort{}, identity.Identity{}, false
+}
+
+// identitiesLocked are the identities of s's ready meshed endpoints on
+// network: the gateway may pick any of them, so the inner tunnel accepts
+// any (ztunnel's service SANs).
+func (m *Model) identitiesLocked(s *service, network string) []identity.Identity {
+	var ids []identity.Identity
+	for i := range s.Endpoints {
+		ep := &s.Endpoints[i]
+		w := m.workloads[ep.WorkloadUID]
+		if !ep.Ready || w == nil || !w.Ready || !w.HBONE || w.Network != network {
+			continue
+		}
+		if id := w.Identity(); !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// InboundTarget implements Interface.
+func (m *Model) InboundTarget(host string, port uint16, dst netip.Addr) (netip.AddrPort, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.byHost[host]
+	if s == nil {
+		return netip.AddrPort{}, false
+	}
+	target, ok := s.targets[port]
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	dst = dst.Unmap()
+	for _, w := range m.byIP[NetworkAddr{m.network, dst}] {
+		for i := range s.Endpoints {
+			if s.Endpoints[i].WorkloadUID == w.UID {
+				if t := s.Endpoints[i].Ports[port]; t != 0 {
+					target = t
+				}
+				if target == 0 {
+					return netip.AddrPort{}, false
+				}
+				return netip.AddrPortFrom(dst, target), true
+			}
+		}
+	}
+	return netip.AddrPort{}, false
+}
+
+// GatewayTarget implements Interface: a ready meshed endpoint of the
+// service on this network, chosen uniformly, at its port 15008.
+func (m *Model) GatewayTarget(host string, port uint16) (netip.AddrPort, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.byHost[host]
+	if s == nil {
+		return netip.AddrPort{}, false
+	}
+	if _, ok := s.targets[port]; !ok {
+		return netip.AddrPort{}, false
+	}
+	var picked netip.Addr
+	n := 0
+	for i := range s.Endpoints {
+		ep := &s.Endpoints[i]
+		w := m.workloads[ep.WorkloadUID]
+		if !ep.Ready || w == nil || !w.Ready || !w.HBONE || w.Network != m.network || len(w.IPs) == 0 {
+			continue
+		}
+		if ep.Ports[port] == 0 && s.targets[port] == 0 {
+			continue // a named target port this pod does not have
+		}
+		n++
+		if rand.IntN(n) == 0 { // reservoir sampling: uniform in one pass
+			picked = w.IPs[0]
+		}
+	}
+	if n == 0 {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(picked, PortHBONE), true
 }

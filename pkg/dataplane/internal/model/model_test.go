@@ -142,7 +142,7 @@ func TestReadiness(t *testing.T) {
 }
 
 // TestEndpointChoice: endpoints on another network are not reached
-// directly (that takes its east-west gateway); a not-meshed pod is plain
+// directly, nor at all while the model knows no gateway for it; a not-meshed pod is plain
 // TCP without identity; an address-only endpoint (no pod) is plain TCP; a
 // v6 VIP picks the endpoint's v6 address.
 func TestEndpointChoice(t *testing.T) {
@@ -150,8 +150,8 @@ func TestEndpointChoice(t *testing.T) {
 	m.UpsertWorkload(wl("c2", "net2", "far", "10.2.0.5", true, true))
 	m.UpsertService("c2", svc("10.97.0.20", "net2", ep("c2//Pod/ns/far", true, nil)))
 	m.UpsertService("c1", svc("10.96.0.10", "net1"))
-	if _, r := m.Resolve(addr("10.96.0.10:80")); r != NoEndpoint {
-		t.Errorf("only another network's endpoint: %v, want %v", r, NoEndpoint)
+	if _, r := m.Resolve(addr("10.96.0.10:80")); r != NoGateway {
+		t.Errorf("only another network's endpoint: %v, want %v", r, NoGateway)
 	}
 	if _, r := m.Resolve(addr("10.97.0.20:80")); r != NotFound {
 		t.Errorf("another network's VIP is not ours: %v", r)

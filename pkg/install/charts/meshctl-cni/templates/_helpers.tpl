@@ -42,6 +42,15 @@ whose Pods are the dataplane itself. */}}
 workload certificates to. */}}
 {{- define "meshctl.proxyServiceAccount" -}}meshctl-proxy{{- end }}
 
+{{/* The east-west gateway's service account: its identity, which other
+networks' proxies require of it. */}}
+{{- define "meshctl.gatewayServiceAccount" -}}istio-eastwestgateway{{- end }}
+
+{{/* Whether the chart deploys the east-west gateway (gateway.yaml). */}}
+{{- define "meshctl.gatewayEnabled" -}}
+{{- if and .Values.gateway.enabled .Values.global.network (gt (len .Values.global.meshNetworks) 1) }}true{{ end }}
+{{- end }}
+
 {{/* Downward API: the node and namespace every dataplane Pod needs. */}}
 {{- define "meshctl.downwardEnv" -}}
 - name: NODE_NAME

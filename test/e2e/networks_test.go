@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/meshctl/meshctl/pkg/connect/gateway"
+	"github.com/meshctl/meshctl/pkg/meshtest"
+)
+
+// The dataplane on two networks: no routes between the clusters, only each
+// network's east-west gateway — meshctl's proxy in its gateway mode behind
+// the istio-eastwestgateway LoadBalancer Service. An ambient pod's call to
+// a Service whose endpoints are all on the other network goes as ztunnel's
+// double HBONE: an outer tunnel to that network's gateway, naming the
+// service, and inside it a tunnel, end to end with the endpoint's node
+// proxy, that the gateway forwards unread.
+var _ = Describe("the dataplane across two networks", Ordered, func() {
+	netEnv := env + "-xnet"
+	var mesh *meshtest.Env
+
+	BeforeAll(func(ctx SpecContext) {
+		requireMetalLBImages()
+		mesh = meshtest.Setup(ctx,
+			meshtest.WithEnv(netEnv), meshtest.WithClusters(2), meshtest.WithNetworks(2), meshtest.WithImage(suite.image),
+			meshtest.WithArtifacts(suite.artifacts), meshtest.WithEchoImage(suite.testImage),
+			meshtest.WithInstall(filepath.Join(filepath.Dir(suite.meshctl), "meshctl-dataplane")), meshtest.WithKeep(keep()))
+		setCurrent(mesh)
+	})
+
+	// remoteOnly deploys an echo everywhere and deletes cluster1's pods:
+	// cluster1 keeps the Service (its ClusterIP and DNS name), the
+	// endpoints are on cluster2's network only.
+	remoteOnly := func(ctx context.Context, ns string) *meshtest.Echo {
+		GinkgoHelper()
+		svc := mesh.DeployEcho(ctx, ns, "svc")
+		local := svc.In("cluster1")
+		Expect(local.Cluster.Kube.AppsV1().Deployments(ns).Delete(ctx, "svc", metav1.DeleteOptions{})).To(Succeed())
+		Eventually(func(g Gomega) {
+			pods, err := local.Cluster.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=svc"})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(pods.Items).To(BeEmpty())
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+		return local
+	}
+	fromCluster2 := func(t meshtest.Target) meshtest.Target {
+		t.Expect = "meshtest-echo cluster=cluster2 "
+		return t
+	}
+
+	It("runs the east-west gateway Ready behind istio-eastwestgateway in each cluster, with a load-balancer address on 15008", func(ctx SpecContext) {
+		mesh.ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
+			g.Eventually(func(g Gomega) {
+				dep, err := c.Kube.AppsV1().Deployments(gateway.GatewayNamespace).Get(ctx, gateway.GatewayName, metav1.GetOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(dep.Status.ReadyReplicas).To(BeNumerically(">=", 1))
+				svc, err := c.Kube.CoreV1().Services(gateway.GatewayNamespace).Get(ctx, gateway.GatewayName, metav1.GetOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(svc.Status.LoadBalancer.Ingress).NotTo(BeEmpty())
+				g.Expect(svc.Spec.Ports).To(ContainElement(HaveField("Port", BeEquivalentTo(gateway.PortHBONE))))
+				pods, err := c.Kube.CoreV1().Pods(gateway.GatewayNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=istio-eastwestgateway"})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(pods.Items).NotTo(BeEmpty())
+				g.Expect(pods.Items[0].Spec.ServiceAccountName).To(Equal("istio-eastwestgateway"))
+			}).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(3*time.Second).Should(Succeed(), "cluster %s", c.Name)
+		})
+	})
+
+	It("carries an ambient pod's call to a Service whose endpoints are only on the other network through that network's gateway, by ClusterIP and by DNS name", func(ctx SpecContext) {
+		ns := mesh.CreateNamespace(ctx, "xnet-", map[string]string{"istio.io/dataplane-mode": "ambient"})
+		client := mesh.DeployEcho(ctx, ns, "client").In("cluster1")
+		local := remoteOnly(ctx, ns)
+		proxy := proxyOf(ctx, client)
+		gw := gatewayPod(ctx, mesh.Cluster("cluster2"))
+		before := hboneOpened(ctx, proxy)
+		viaBefore := counterSum(ctx, proxy.cluster, proxy.pod, "meshctl_proxy_outbound_network_gateway_total", `network="network-2"`, `result="ok"`)
+		fwdBefore := counterSum(ctx, gw.cluster, gw.pod, "meshctl_gateway_tunnels_total", `result="forwarded"`)
+
+		byIP := fromCluster2(local.ServiceTarget())
+		byName := fromCluster2(meshtest.Address("svc."+ns+".svc.cluster.local", meshtest.EchoServicePort))
+		Eventually(client).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(byIP))
+		Eventually(client).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(byName))
+
+		after := hboneOpened(ctx, proxy)
+		Expect(after["outbound"]).To(BeNumerically(">=", before["outbound"]+2), "%s: the calls were not tunnelled", proxy)
+		Expect(after["outbound_passthrough"]).To(Equal(before["outbound_passthrough"]), "%s: a call went in plaintext", proxy)
+		// The client's proxy counts a connection when it ends.
+		Eventually(func() float64 {
+			return counterSum(ctx, proxy.cluster, proxy.pod, "meshctl_proxy_outbound_network_gateway_total", `network="network-2"`, `result="ok"`)
+		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(time.Second).
+			Should(BeNumerically(">=", viaBefore+2), "%s: the calls did not go through network-2's gateway", proxy)
+		Expect(counterSum(ctx, gw.cluster, gw.pod, "meshctl_gateway_tunnels_total", `result="forwarded"`)).
+			To(BeNumerically(">=", fwdBefore+2), "%s: the gateway forwarded no tunnel", gw)
+	})
+
+	It("lets the other network's policy judge the client's own identity: a DENY for its namespace in cluster2 blocks the call through the gateway", func(ctx SpecContext) {
+		ensureIstioSecurityCRDs(ctx, mesh)
+		ns := mesh.CreateNamespace(ctx, "xnet-authz-", map[string]string{"istio.io/dataplane-mode": "ambient"})
+		client := mesh.DeployEcho(ctx, ns, "client").In("cluster1")
+		target := fromCluster2(remoteOnly(ctx, ns).ServiceTarget())
+		Eventually(client).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(target))
+
+		c2 := mesh.Cluster("cluster2")
+		dc, err := dynamic.NewForConfig(c2.Config)
+		Expect(err).NotTo(HaveOccurred())
+		// The gateway's own identity is in istio-system: were the inner
+		// tunnel not end to end, this policy would not match and the call
+		// would pass.
+		c2.Apply(ctx, ns, `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-client}
+spec:
+  action: DENY
+  rules:
+  - from:
+    - source: {principals: ["cluster.local/ns/`+ns+`/sa/default"]}
+`)
+		DeferCleanup(func(ctx SpecContext) {
+			err := dc.Resource(authorizationPolicies).Namespace(ns).Delete(ctx, "deny-client", metav1.DeleteOptions{})
+			if !apierrors.IsNotFound(err) {
+				Expect(err).NotTo(HaveOccurred())
+			}
+		})
+		Eventually(client).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).ShouldNot(meshtest.Reach(target))
+		Expect(dc.Resource(authorizationPolicies).Namespace(ns).Delete(ctx, "deny-client", metav1.DeleteOptions{})).To(Succeed())
+		Eventually(client).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(target))
+	})
+
+	It("refuses, and counts, a call to the other network while its gateway has no ready pod", func(ctx SpecContext) {
+		ns := mesh.CreateNamespace(ctx, "xnet-nogw-", map[string]string{"istio.io/dataplane-mode": "ambient"})
+		client := mesh.DeployEcho(ctx, ns, "client").In("cluster1")
+		target := fromCluster2(remoteOnly(ctx, ns).ServiceTarget())
+		Eventually(client).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(target))
+		proxy := proxyOf(ctx, client)
+		refusedBefore := counterSum(ctx, proxy.cluster, proxy.pod, "meshctl_proxy_outbound_refused_total", `reason="no_network_gateway"`)
+
+		c2 := mesh.Cluster("cluster2")
+		scale := func(n int32) {
+			GinkgoHelper()
+			s, err := c2.Kube.AppsV1().Deployments(gateway.GatewayNamespace).GetScale(ctx, gateway.GatewayName, metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			s.Spec.Replicas = n
+			_, err = c2.Kube.AppsV1().Deployments(gateway.GatewayNamespace).UpdateScale(ctx, gateway.GatewayName, s, metav1.UpdateOptions{})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		scale(0)
+		DeferCleanup(func(ctx SpecContext) {
+			scale(1)
+			Eventually(client).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(target))
+		})
+		Eventually(client).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).ShouldNot(meshtest.Reach(target))
+		Expect(counterSum(ctx, proxy.cluster, proxy.pod, "meshctl_proxy_outbound_refused_total", `reason="no_network_gateway"`)).
+			To(BeNumerically(">", refusedBefore), "%s: the refusal was not counted", proxy)
+	})
+})
+
+// gatewayPod is a Ready east-west gateway pod of c, as a nodeProxy (its
+// metrics are on 15020 too).
+func gatewayPod(ctx context.Context, c *meshtest.Cluster) nodeProxy {
+	GinkgoHelper()
+	var name string
+	Eventually(func(g Gomega) {
+		pods, err := c.Kube.CoreV1().Pods(gateway.GatewayNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=istio-eastwestgateway"})
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, p := range pods.Items {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+					name = p.Name
+				}
+			}
+		}
+		g.Expect(name).NotTo(BeEmpty(), "no Ready gateway pod in %s", c.Name)
+	}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
+	return nodeProxy{cluster: c, pod: name}
+}
+
+var sampleLine = regexp.MustCompile(`(?m)^([a-z_]+)\{([^}]*)\} (\S+)$`)
+
+// counterSum sums the samples of metric name whose labels contain every
+// label given (`key="value"`), read from pod's 15020 in istio-system
+// through the API server's pod proxy.
+func counterSum(ctx context.Context, c *meshtest.Cluster, pod, name string, labels ...string) float64 {
+	GinkgoHelper()
+	raw, err := c.Kube.CoreV1().Pods(gateway.GatewayNamespace).ProxyGet("http", pod, "15020", "/metrics", nil).DoRaw(ctx)
+	Expect(err).NotTo(HaveOccurred(), "metrics of %s/%s", c.Name, pod)
+	var sum float64
+samples:
+	for _, m := range sampleLine.FindAllStringSubmatch(string(raw), -1) {
+		if m[1] != name {
+			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(m[2], l) {
+				continue samples
+			}
+		}
+		v, err := strconv.ParseFloat(m[3], 64)
+		Expect(err).NotTo(HaveOccurred(), "metrics of %s/%s: %s", c.Name, pod, m[0])
+		sum += v
+	}
+	GinkgoWriter.Printf("%s/%s: %s{%s} %v\n", c.Name, pod, name, strings.Join(labels, ","), sum)
+	return sum
+}
