@@ -86,6 +86,19 @@ func New(opts ...Option) (*Proxy, error) {
 			SystemNamespace: d.SystemNamespace, ExcludeNamespaces: d.ExcludeNamespaces, Log: o.log,
 		})
 	}
+	if x := o.xds; x != nil && p.model == nil {
+		if o.discovery != nil || o.policyConfig != nil {
+			return nil, errors.New("proxy: WithXDS replaces WithDiscovery and WithPolicies; give one source")
+		}
+		if p.policies == nil {
+			p.policies = policy.NewStore(x.RootNamespace)
+		}
+		src, err := newXDSSource(*x, p.policies, o.log)
+		if err != nil {
+			return nil, err
+		}
+		p.model, p.source = model.New(x.Cluster, x.Network), src
+	}
 	p.reg.MustRegister(p.dialsRefused, p.fallbacks, p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p.reg.MustRegister(p.outRefused)
 	p.policies = o.policies
