@@ -36,9 +36,9 @@ type state struct {
 	// merged the clusters already.
 	cluster string
 
-	workloads map[string]*xdsWorkload   // by resource name (the UID)
-	services  map[string]*xdsService    // by resource name (namespace/hostname)
-	byHost    map[string]string         // namespace/hostname → resource name
+	workloads map[string]*xdsWorkload    // by resource name (the UID)
+	services  map[string]*xdsService     // by resource name (namespace/hostname)
+	byHost    map[string]string          // namespace/hostname → resource name
 	backends  map[string]map[string]bool // namespace/hostname → workload resource names
 	authz     map[string]string          // resource name → store key
 }

@@ -37,14 +37,14 @@ const (
 
 // xdsWorkload is istio.workload.Workload, as far as the model uses it.
 type xdsWorkload struct {
-	UID, Name, Namespace          string
-	Addresses                     []netip.Addr
-	Network                       string
-	HBONE                         bool
-	TrustDomain, ServiceAccount   string
-	Node, ClusterID               string
-	Healthy, HostNetwork          bool
-	AuthorizationPolicies         []string
+	UID, Name, Namespace        string
+	Addresses                   []netip.Addr
+	Network                     string
+	HBONE                       bool
+	TrustDomain, ServiceAccount string
+	Node, ClusterID             string
+	Healthy, HostNetwork        bool
+	AuthorizationPolicies       []string
 	// Services maps "namespace/hostname" to service port → target port.
 	Services map[string][]xdsPort
 }
