@@ -185,7 +185,8 @@ func (c *Client) nextBackoff(err error, wait time.Duration) time.Duration {
 	}
 	st, ok := status.FromError(err)
 	if !ok {
-		return c.cfg.InitialBackoff
+		// A response that does not decode (tonic: an Internal status).
+		return min(c.cfg.MaxBackoff, 2*wait)
 	}
 	switch {
 	case st.Code() == codes.Unknown, st.Code() == codes.Canceled, st.Code() == codes.DeadlineExceeded,
