@@ -76,6 +76,9 @@ func New(opts ...Option) (*Proxy, error) {
 		Help: "Outbound connections refused because the service model gives them nowhere safe to go, by reason: unknown_destination (a mesh address the model does not know), unknown_service_port, no_healthy_endpoint."},
 		[]string{"reason"})
 	p.model, p.source = o.model, o.source
+	if o.xds != nil && (o.discovery != nil || o.policyConfig != nil) {
+		return nil, errors.New("proxy: WithXDS replaces WithDiscovery and WithPolicies; give one source")
+	}
 	if d := o.discovery; d != nil && p.model == nil {
 		if d.Client == nil {
 			return nil, errors.New("proxy: WithDiscovery needs a Kubernetes client")
@@ -86,10 +89,14 @@ func New(opts ...Option) (*Proxy, error) {
 			SystemNamespace: d.SystemNamespace, ExcludeNamespaces: d.ExcludeNamespaces, Log: o.log,
 		})
 	}
+	p.reg.MustRegister(p.dialsRefused, p.fallbacks, p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.reg.MustRegister(p.outRefused)
+	p.policies = o.policies
+	if p.policies == nil && o.policyConfig != nil {
+		p.policies = policy.NewStore(o.policyRootNS)
+	}
 	if x := o.xds; x != nil && p.model == nil {
-		if o.discovery != nil || o.policyConfig != nil {
-			return nil, errors.New("proxy: WithXDS replaces WithDiscovery and WithPolicies; give one source")
-		}
+		// After the policy store is settled: the source feeds this one.
 		if p.policies == nil {
 			p.policies = policy.NewStore(x.RootNamespace)
 		}
@@ -98,12 +105,6 @@ func New(opts ...Option) (*Proxy, error) {
 			return nil, err
 		}
 		p.model, p.source = model.New(x.Cluster, x.Network), src
-	}
-	p.reg.MustRegister(p.dialsRefused, p.fallbacks, p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p.reg.MustRegister(p.outRefused)
-	p.policies = o.policies
-	if p.policies == nil && o.policyConfig != nil {
-		p.policies = policy.NewStore(o.policyRootNS)
 	}
 	p.newPolicyMetrics()
 	return p, nil
