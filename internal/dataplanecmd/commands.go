@@ -136,7 +136,8 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 	rootNS := fs.String("root-namespace", "istio-system", "Istio's root namespace: its AuthorizationPolicies and PeerAuthentications apply mesh-wide")
 	caAddress := fs.String("ca-address", "", "istiod's CA (e.g. istiod.istio-system.svc:15012): fetch workload certificates from it as ztunnel does (empty: Kubernetes CSRs signed by meshctl's signer)")
 	caRoot := fs.String("ca-root", "/var/run/secrets/istio/root-cert.pem", "with --ca-address, the mesh root istiod's certificate is verified with: a PEM file (the mounted istio-ca-root-cert ConfigMap), or configmap:[NAMESPACE/]NAME to read its root-cert.pem through the API (needs get on configmaps)")
-	caToken := fs.String("ca-token", "/var/run/secrets/tokens/istio-token", "with --ca-address, the projected service-account token (audience istio-ca) sent to istiod")
+	caToken := fs.String("ca-token", "/var/run/secrets/tokens/istio-token", "with --ca-address or --xds-address, the projected service-account token (audience istio-ca) sent to istiod")
+	xdsAddress := fs.String("xds-address", "", "istiod's XDS (e.g. istiod.istio-system.svc:15012): workloads, services and authorization policies come from it as ztunnel's do, verified with --ca-root and authenticated with --ca-token (empty: read from this cluster and its remote secrets' clusters)")
 	return func(ctx context.Context, log *slog.Logger) error {
 		var cidrs []netip.Prefix
 		for _, c := range *meshCIDRs {
@@ -172,7 +173,6 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 			fetcher = c
 		}
 		opts := []proxy.Option{
-			proxy.WithPolicies(cfg, *rootNS),
 			proxy.WithWorkloadEvents(proxy.ZDS(*zdsSocket)),
 			proxy.WithTrustDomain(*trustDomain),
 			proxy.WithFetcher(fetcher),
@@ -180,7 +180,22 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 			proxy.WithMeshCIDRs(cidrs...),
 			proxy.WithLogger(log),
 		}
-		if *discovery {
+		switch {
+		case *xdsAddress != "":
+			if *clusterName == "" {
+				return errors.New("--cluster is empty: istiod authenticates the proxy's token against its cluster by name")
+			}
+			roots, err := caRootSource(*caRoot, firstNonEmpty(os.Getenv("POD_NAMESPACE"), "istio-system"), cs)
+			if err != nil {
+				return err
+			}
+			opts = append(opts, proxy.WithXDS(proxy.XDS{
+				Address: *xdsAddress, Roots: roots, Token: istioca.TokenFile(*caToken),
+				Cluster: *clusterName, Network: *network, RootNamespace: *rootNS,
+			}))
+			log.Info("workloads, services and policies from istiod", "address", *xdsAddress, "root", *caRoot)
+		case *discovery:
+			opts = append(opts, proxy.WithPolicies(cfg, *rootNS))
 			if *clusterName == "" {
 				return errors.New("--cluster is empty: remote secrets name clusters, and this one needs a name to tell itself apart")
 			}
@@ -189,6 +204,8 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 				SystemNamespace:   firstNonEmpty(*systemNS, os.Getenv("POD_NAMESPACE"), "istio-system"),
 				ExcludeNamespaces: *exclude,
 			}))
+		default:
+			opts = append(opts, proxy.WithPolicies(cfg, *rootNS))
 		}
 		return proxy.Run(ctx, opts...)
 	}

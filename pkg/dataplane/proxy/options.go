@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 
 	"k8s.io/client-go/rest"
@@ -69,6 +70,7 @@ type options struct {
 	// The service model (WithDiscovery); model and source, when set,
 	// replace what discovery builds (tests).
 	discovery *Discovery
+	xds       *XDS
 	model     model.Interface
 	source    model.Source
 	// learnWait is how long a connection to a mesh address the model does
@@ -171,6 +173,42 @@ type Discovery struct {
 // endpoint, port mapped to its target port, and every tunnel requires the
 // destination workload's identity from the server.
 func WithDiscovery(d Discovery) Option { return func(o *options) { o.discovery = &d } }
+
+// XDS configures the service model's XDS source: istiod, as ztunnel reads
+// it (delta ADS on 15012 for istio.workload.Address and
+// istio.security.Authorization).
+type XDS struct {
+	// Address is istiod's XDS address, e.g. istiod.istio-system.svc:15012.
+	Address string
+	// ServerName is the name istiod's certificate is verified for (empty:
+	// Address's host).
+	ServerName string
+	// Roots returns the PEM mesh roots istiod's certificate must chain to.
+	Roots func() ([]byte, error)
+	// Token returns the proxy's service-account token (audience istio-ca).
+	Token func() (string, error)
+	// Cluster is this cluster's name (Istio's clusterName): the clusterid
+	// header and the node's CLUSTER_ID.
+	Cluster string
+	// Network is this proxy's network: only endpoints on it are reached
+	// directly.
+	Network string
+	// RootNamespace is istiod's root namespace ("" for istio-system).
+	RootNamespace string
+	// PodName, PodNamespace, NodeName and InstanceIP name the proxy to
+	// istiod; empty ones are read from POD_NAME, POD_NAMESPACE, NODE_NAME
+	// and INSTANCE_IP, as ztunnel reads them, with ISTIO_META_* and
+	// ISTIO_METAJSON_* as further metadata.
+	PodName, PodNamespace, NodeName, InstanceIP string
+	// DialOptions are added to the gRPC client's (tests).
+	DialOptions []grpc.DialOption
+}
+
+// WithXDS gives the proxy a model of the mesh's workloads and services,
+// and its authorization policies, from istiod's XDS instead of reading the
+// clusters itself (WithDiscovery, WithPolicies): outbound, secure naming
+// and L4 policy work the same from either source.
+func WithXDS(x XDS) Option { return func(o *options) { o.xds = &x } }
 
 // WithLogger sets the structured logger; its handler's level is the verbosity.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }

@@ -19,7 +19,8 @@ import (
 //
 // The destination workload's labels select policies. ZDS carries none, so
 // they come from WithWorkloadLookup, else from the service model
-// (WithDiscovery, the pod's labels); without either, or for an address
+// (WithDiscovery, the pod's labels; WithXDS, the policies istiod bound to
+// the workload); without either, or for an address
 // they do not know, the proxy uses the namespace of the pod that owns the
 // address and no labels: namespace- and mesh-wide policies apply, selector
 // policies do not. The proxy is not ready before the policies have been
@@ -79,9 +80,10 @@ func (p *Proxy) destination(w *workload, dst netip.Addr) policy.Workload {
 			return policy.Workload{Namespace: ns, Labels: labels}
 		}
 	} else if p.model != nil {
-		// The model knows the pod's labels, which ZDS does not carry.
+		// The model knows the pod's labels, which ZDS does not carry, or
+		// (from istiod) the selector policies istiod bound to it.
 		if ns, labels, ok := p.model.WorkloadAt(dst); ok {
-			return policy.Workload{Namespace: ns, Labels: labels}
+			return policy.Workload{Namespace: ns, Labels: labels, Policies: p.model.BoundPoliciesAt(dst)}
 		}
 	}
 	p.mu.Lock()

@@ -82,6 +82,9 @@ func New(opts ...Option) (*Proxy, error) {
 		Help: "Outbound connections sent to an endpoint on another network through that network's east-west gateway (double HBONE), by network and result (ok, or error when the tunnel failed)."},
 		[]string{"network", "result"})
 	p.model, p.source = o.model, o.source
+	if o.xds != nil && (o.discovery != nil || o.policyConfig != nil) {
+		return nil, errors.New("proxy: WithXDS replaces WithDiscovery and WithPolicies; give one source")
+	}
 	if o.discovery != nil {
 		p.network = o.discovery.Network
 	}
@@ -100,6 +103,17 @@ func New(opts ...Option) (*Proxy, error) {
 	p.policies = o.policies
 	if p.policies == nil && o.policyConfig != nil {
 		p.policies = policy.NewStore(o.policyRootNS)
+	}
+	if x := o.xds; x != nil && p.model == nil {
+		// After the policy store is settled: the source feeds this one.
+		if p.policies == nil {
+			p.policies = policy.NewStore(x.RootNamespace)
+		}
+		src, err := newXDSSource(*x, p.policies, o.log)
+		if err != nil {
+			return nil, err
+		}
+		p.model, p.source, p.network = model.New(x.Cluster, x.Network), src, x.Network
 	}
 	p.newPolicyMetrics()
 	return p, nil

@@ -200,6 +200,64 @@ func TestRenderIstiodCA(t *testing.T) {
 	}
 }
 
+// TestRenderIstiodXDS: with proxy.xdsAddress the proxy reads workloads,
+// services and policies from istiod, with the same root and token as the
+// CA client and the pod name and IP ztunnel names itself with; the CA
+// stays meshctl's unless caAddress is set too.
+func TestRenderIstiodXDS(t *testing.T) {
+	t.Parallel()
+	out, err := New().Render(clusterValues(t, "cluster2", "proxy.xdsAddress=istiod.istio-system.svc:15012"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, doc := range strings.Split(out["meshctl-dataplane"], "\n---\n") {
+		if !strings.Contains(doc, "kind: DaemonSet") {
+			continue
+		}
+		var ds appsv1.DaemonSet
+		if err := yaml.UnmarshalStrict([]byte(strings.TrimPrefix(doc, "---\n")), &ds); err != nil {
+			t.Fatalf("DaemonSet: %v", err)
+		}
+		found = true
+		c := ds.Spec.Template.Spec.Containers[0]
+		for _, want := range []string{"--xds-address=istiod.istio-system.svc:15012", "--ca-root=/var/run/secrets/istio/root-cert.pem", "--ca-token=/var/run/secrets/tokens/istio-token"} {
+			if !slices.Contains(c.Args, want) {
+				t.Errorf("proxy args lack %s: %v", want, c.Args)
+			}
+		}
+		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--ca-address") }) {
+			t.Errorf("--ca-address without caAddress: %v", c.Args)
+		}
+		env := map[string]string{}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+				env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+			}
+		}
+		if env["POD_NAME"] != "metadata.name" || env["INSTANCE_IP"] != "status.podIP" || env["POD_NAMESPACE"] != "metadata.namespace" {
+			t.Errorf("proxy env %v", env)
+		}
+		mounts := map[string]string{}
+		for _, m := range c.VolumeMounts {
+			mounts[m.Name] = m.MountPath
+		}
+		if mounts["istiod-ca-cert"] != "/var/run/secrets/istio" || mounts["istio-token"] != "/var/run/secrets/tokens" {
+			t.Errorf("proxy mounts %v", mounts)
+		}
+	}
+	if !found {
+		t.Fatal("no proxy DaemonSet rendered")
+	}
+	def, err := New().Render(clusterValues(t, "cluster2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(def["meshctl-dataplane"], "xds-address") || strings.Contains(def["meshctl-dataplane"], "INSTANCE_IP") {
+		t.Error("the default render configures istiod's XDS")
+	}
+}
+
 func TestRenderDebugAndNamespace(t *testing.T) {
 	t.Parallel()
 	v := clusterValues(t, "cluster1", "global.logging.level=debug", "global.istioNamespace=mesh")

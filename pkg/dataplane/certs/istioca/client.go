@@ -86,16 +86,8 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}
-	creds := credentials.NewTLS(&tls.Config{
-		MinVersion: tls.VersionTLS12,
-		ServerName: cfg.ServerName,
-		// Verification happens in VerifyConnection against roots read at
-		// handshake time; the static RootCAs field would pin them.
-		InsecureSkipVerify: true,
-		VerifyConnection:   func(cs tls.ConnectionState) error { return verifyServer(cs, cfg.ServerName, cfg.Roots) },
-	})
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(creds),
+		grpc.WithTransportCredentials(TransportCredentials(cfg.ServerName, cfg.Roots)),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(codec{})),
 		// grpc-go's reconnect backoff would otherwise grow to 120 s on its
 		// own, delaying recovery past the certs.Manager's next retry.
@@ -113,6 +105,21 @@ func New(cfg Config) (*Client, error) {
 
 // Close closes the connection to istiod.
 func (c *Client) Close() error { return c.conn.Close() }
+
+// TransportCredentials is TLS to istiod on 15012, its certificate verified
+// for serverName against the mesh roots read at each handshake (so a
+// rotated istio-ca-root-cert is picked up without a restart), as ztunnel
+// verifies istiod for both its CA and XDS clients.
+func TransportCredentials(serverName string, roots func() ([]byte, error)) credentials.TransportCredentials {
+	return credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ServerName: serverName,
+		// Verification happens in VerifyConnection against roots read at
+		// handshake time; the static RootCAs field would pin them.
+		InsecureSkipVerify: true,
+		VerifyConnection:   func(cs tls.ConnectionState) error { return verifyServer(cs, serverName, roots) },
+	})
+}
 
 func verifyServer(cs tls.ConnectionState, name string, roots func() ([]byte, error)) error {
 	pemRoots, err := roots()

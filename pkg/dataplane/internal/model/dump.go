@@ -26,6 +26,8 @@ type WorkloadDump struct {
 	Status         string       `json:"status"`
 	ClusterID      string       `json:"clusterId"`
 	Services       []string     `json:"services,omitempty"`
+	// AuthorizationPolicies: those istiod bound to the workload (XDS source).
+	AuthorizationPolicies []string `json:"authorizationPolicies,omitempty"`
 }
 
 // ServiceDump is one merged service, with ztunnel's field names.
@@ -100,6 +102,7 @@ func (m *Model) Dump() Dump {
 			UID: w.UID, WorkloadIPs: slices.Clone(w.IPs), Protocol: proto, Name: w.Name, Namespace: w.Namespace,
 			TrustDomain: w.TrustDomain, ServiceAccount: w.ServiceAccount, Network: w.Network, Node: w.Node,
 			Status: health(w.Ready), ClusterID: w.Cluster, Services: svcs,
+			AuthorizationPolicies: slices.Clone(w.AuthorizationPolicies),
 		})
 	}
 	slices.SortFunc(d.Workloads, func(a, b WorkloadDump) int { return strings.Compare(a.UID, b.UID) })

@@ -49,6 +49,10 @@ type Workload struct {
 	HostNetwork bool
 	// Labels are the pod's, for policies' workload selectors (read only).
 	Labels map[string]string
+	// AuthorizationPolicies are the namespace/name of the workload-selector
+	// policies istiod found selecting it (the XDS source: WDS carries no
+	// labels, istiod selects).
+	AuthorizationPolicies []string
 }
 
 // Identity is the workload's SPIFFE identity.
@@ -191,6 +195,10 @@ type Interface interface {
 	// WorkloadAt is the namespace and labels of the workload at addr on
 	// this proxy's network, for authorization policies.
 	WorkloadAt(addr netip.Addr) (namespace string, labels map[string]string, ok bool)
+	// BoundPoliciesAt is the AuthorizationPolicies istiod bound to the
+	// workload at addr on this proxy's network (nil from the standalone
+	// source, which selects by labels).
+	BoundPoliciesAt(addr netip.Addr) []string
 	Synced() bool
 	Dump() Dump
 	// InboundTarget is where an inbound tunnel whose :authority names a
@@ -208,9 +216,27 @@ type Interface interface {
 func (m *Model) WorkloadAt(addr netip.Addr) (string, map[string]string, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	w := m.workloadAtLocked(addr)
+	if w == nil {
+		return "", nil, false
+	}
+	return w.Namespace, w.Labels, true
+}
+
+// BoundPoliciesAt implements Interface.
+func (m *Model) BoundPoliciesAt(addr netip.Addr) []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if w := m.workloadAtLocked(addr); w != nil {
+		return w.AuthorizationPolicies
+	}
+	return nil
+}
+
+func (m *Model) workloadAtLocked(addr netip.Addr) *Workload {
 	ws := m.byIP[NetworkAddr{Network: m.network, Addr: addr.Unmap()}]
 	if len(ws) == 0 {
-		return "", nil, false
+		return nil
 	}
 	w := ws[0]
 	for _, c := range ws[1:] {
@@ -218,7 +244,7 @@ func (m *Model) WorkloadAt(addr netip.Addr) (string, map[string]string, bool) {
 			w = c
 		}
 	}
-	return w.Namespace, w.Labels, true
+	return w
 }
 
 // Model is the in-memory Interface.
@@ -272,7 +298,7 @@ func New(cluster, network string) *Model {
 
 // UpsertWorkload adds or replaces a workload.
 func (m *Model) UpsertWorkload(w Workload) {
-	w.IPs = slices.Clone(w.IPs)
+	w.IPs, w.AuthorizationPolicies = slices.Clone(w.IPs), slices.Clone(w.AuthorizationPolicies)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.deleteWorkloadLocked(w.UID)

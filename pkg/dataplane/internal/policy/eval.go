@@ -22,6 +22,11 @@ type Conn struct {
 type Workload struct {
 	Namespace string
 	Labels    map[string]string
+	// Policies are the namespace/name of the workload-selector policies
+	// istiod bound to the workload (Workload.authorization_policies): from
+	// XDS, selector policies come without their selector and apply where
+	// istiod names them, as in ztunnel.
+	Policies []string
 }
 
 // Decision is the outcome of Check.
@@ -51,6 +56,7 @@ type Snapshot struct {
 	global    []*Authorization            // root namespace, no selector
 	byNS      map[string][]*Authorization // no selector
 	selectors map[string][]*Authorization // with a selector, by namespace
+	bound     map[string]*Authorization   // selector scope without a selector (XDS), by key
 	peerAuths map[string][]*PeerAuthentication
 }
 
@@ -60,9 +66,11 @@ func NewSnapshot(rootNS string, authz []*Authorization, peerAuths []*PeerAuthent
 		rootNS = DefaultRootNamespace
 	}
 	s := &Snapshot{rootNS: rootNS, byNS: map[string][]*Authorization{}, selectors: map[string][]*Authorization{},
-		peerAuths: map[string][]*PeerAuthentication{}}
+		bound: map[string]*Authorization{}, peerAuths: map[string][]*PeerAuthentication{}}
 	for _, a := range authz {
 		switch {
+		case a.Scope == ScopeWorkloadSelector && a.Selector == nil:
+			s.bound[a.Key()] = a
 		case a.Scope == ScopeWorkloadSelector:
 			s.selectors[a.Namespace] = append(s.selectors[a.Namespace], a)
 		case a.Namespace == rootNS:
@@ -94,6 +102,13 @@ func (s *Snapshot) Applicable(w Workload) []*Authorization {
 		}
 		if ns == w.Namespace {
 			break // the workload is in the root namespace: once is enough
+		}
+	}
+	for _, k := range w.Policies {
+		// A name istiod sent before the policy itself (or after removing
+		// it) is skipped, as ztunnel does.
+		if a, ok := s.bound[k]; ok {
+			out = append(out, a)
 		}
 	}
 	return out
@@ -133,6 +148,11 @@ func (s *Snapshot) Check(c Conn, w Workload) Decision {
 			continue
 		}
 		d.Reason, d.Policy = ReasonDenied, a.Key()
+		if a.Name == StaticStrictPolicyName {
+			// istiod's stand-in for STRICT (from XDS): the same reason as
+			// the PeerAuthentication evaluated here.
+			d.Reason = ReasonStrict
+		}
 		return d
 	}
 	for _, a := range pols {

@@ -602,3 +602,44 @@ spec:
 		})
 	}
 }
+
+// TestCheckBoundPolicies: from istiod a selector policy comes without its
+// selector (Scope WorkloadSelector, Selector nil) and applies only to the
+// workloads istiod names it in, as ztunnel's assert_rbac does; and istiod's
+// stand-in for STRICT denies with the reason STRICT has here.
+func TestCheckBoundPolicies(t *testing.T) {
+	t.Parallel()
+	allowA := &Authorization{Name: "allow-a", Namespace: "foo", Scope: ScopeWorkloadSelector, Action: Allow,
+		Rules: [][][]Match{{{{Principals: []StringMatch{{Kind: Exact, Value: "cluster.local/ns/a/sa/a"}}}}}}}
+	strict := StaticStrict(DefaultRootNamespace)
+	s := NewSnapshot("", []*Authorization{allowA, strict}, nil)
+	conn := func(ns string) Conn {
+		c := Conn{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddrPort("10.0.2.9:80")}
+		if ns != "" {
+			c.Peer = identity.New("cluster.local", ns, ns)
+		}
+		return c
+	}
+	bound := Workload{Namespace: "foo", Policies: []string{"foo/allow-a", "istio-system/" + StaticStrictPolicyName, "foo/not-sent-yet"}}
+	for _, tc := range []struct {
+		name string
+		w    Workload
+		c    Conn
+		want string
+	}{
+		{"bound, allowed principal", bound, conn("a"), "allow"},
+		{"bound, other principal", bound, conn("b"), ReasonNotAllowed},
+		{"bound STRICT, plaintext", bound, conn(""), ReasonStrict},
+		{"same namespace, not bound", Workload{Namespace: "foo"}, conn("b"), "allow"},
+		{"not bound, plaintext", Workload{Namespace: "foo"}, conn(""), "allow"},
+	} {
+		d := s.Check(tc.c, tc.w)
+		got := "allow"
+		if !d.Allowed {
+			got = d.Reason
+		}
+		if got != tc.want {
+			t.Errorf("%s: %s (%+v), want %s", tc.name, got, d, tc.want)
+		}
+	}
+}
