@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs/istioca"
 	"github.com/meshctl/meshctl/pkg/dataplane/csr"
@@ -26,6 +24,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/proxy"
 	"github.com/meshctl/meshctl/pkg/dataplane/signer"
 	"github.com/meshctl/meshctl/pkg/dataplane/zds"
+	"github.com/meshctl/meshctl/pkg/install/meshca"
 )
 
 func installCNI(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
@@ -241,7 +240,7 @@ func signerCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 	users := newList(fs, "proxy-users", nil, "users allowed to request workload identities (system:serviceaccount:<ns>:<node proxy sa>, comma-separated)")
 	maxTTL := fs.Duration("max-ttl", 24*time.Hour, "longest certificate lifetime issued")
 	return func(ctx context.Context, log *slog.Logger) error {
-		c, err := loadCacerts(*cacertsDir)
+		c, err := meshca.LoadCA(*cacertsDir)
 		if err != nil {
 			return err
 		}
@@ -261,23 +260,6 @@ func signerCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 			signer.WithLogger(log),
 		).Run(ctx)
 	}
-}
-
-// loadCacerts reads the four files of Istio's cacerts layout.
-func loadCacerts(dir string) (*ca.CA, error) {
-	files := map[string][]byte{}
-	for _, name := range []string{"ca-cert.pem", "ca-key.pem", "cert-chain.pem", "root-cert.pem"} {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("reading cacerts: %w", err)
-		}
-		files[name] = b
-	}
-	c, err := ca.FromPEM(files["ca-cert.pem"], files["ca-key.pem"], files["cert-chain.pem"], files["root-cert.pem"])
-	if err != nil {
-		return nil, fmt.Errorf("cacerts in %s: %w", dir, err)
-	}
-	return c, nil
 }
 
 func inClusterClient() (kubernetes.Interface, error) {

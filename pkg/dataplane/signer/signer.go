@@ -17,10 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/csr"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
+	"github.com/meshctl/meshctl/pkg/install/meshca"
 )
 
 // NodeNameExtra is the user-info extra key in which the API server records
@@ -30,7 +30,7 @@ const NodeNameExtra = "authentication.kubernetes.io/node-name"
 // Signer approves and signs meshctl workload CSRs.
 type Signer struct {
 	cs          kubernetes.Interface
-	ca          *ca.CA
+	ca          *meshca.CA
 	signerName  string
 	trustDomain string
 	proxyUsers  map[string]bool
@@ -87,7 +87,7 @@ func WithClock(now func() time.Time) Option { return func(s *Signer) { s.now = n
 func WithLogger(l *slog.Logger) Option { return func(s *Signer) { s.log = l } }
 
 // New returns a Signer that signs with c through the API at cs.
-func New(cs kubernetes.Interface, c *ca.CA, opts ...Option) *Signer {
+func New(cs kubernetes.Interface, c *meshca.CA, opts ...Option) *Signer {
 	s := &Signer{cs: cs, ca: c, signerName: csr.SignerName, trustDomain: "cluster.local",
 		proxyUsers: map[string]bool{}, maxTTL: 24 * time.Hour, autoApprove: true,
 		now: time.Now, log: slog.New(slog.DiscardHandler), cleanup: DefaultCleanupAfter,
@@ -215,7 +215,7 @@ func (s *Signer) Reconcile(ctx context.Context, name string) error {
 	if err != nil {
 		return s.fail(ctx, obj, "SigningFailed", err)
 	}
-	obj.Status.Certificate = append(ca.EncodeCertificates(chain), s.ca.RootsPEM()...)
+	obj.Status.Certificate = append(meshca.EncodeCertificates(chain), s.ca.RootsPEM()...)
 	if _, err := api.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("store certificate of CSR %s: %w", name, err)
 	}
