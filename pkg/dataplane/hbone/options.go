@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 )
 
@@ -74,7 +75,7 @@ func withNoInline(on bool) Option { return func(c *config) { c.noInline = on } }
 
 func newConfig(opts []Option) config {
 	c := config{
-		trustDomain:      "cluster.local",
+		trustDomain:      dataplane.DefaultTrustDomain,
 		upstreamTimeout:  defaultUpstreamTimeout,
 		connectTimeout:   defaultConnectTimeout,
 		handshakeTimeout: defaultHandshakeTimeout,

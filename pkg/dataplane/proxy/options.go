@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
@@ -83,7 +84,7 @@ type options struct {
 
 func defaults() options {
 	return options{
-		trustDomain:    "cluster.local",
+		trustDomain:    dataplane.DefaultTrustDomain,
 		adminAddr:      "127.0.0.1:15000",
 		metricsAddr:    ":15020",
 		readyAddr:      ":15021",
