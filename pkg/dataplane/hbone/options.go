@@ -174,13 +174,6 @@ func WithTimeouts(connect, upstream, idle time.Duration) Option {
 	}
 }
 
-// WithMaxHeaderBytes limits the size of a CONNECT request's headers.
-func WithMaxHeaderBytes(n int) Option { return func(c *config) { c.maxHeaderBytes = n } }
-
-// WithStreamsPerConn sets how many tunnels the dialer multiplexes on one h2
-// connection before opening another.
-func WithStreamsPerConn(n int) Option { return func(c *config) { c.streamsPerConn = n } }
-
 func markControl(mark int) func(network, address string, rc syscall.RawConn) error {
 	if mark == 0 {
 		return nil

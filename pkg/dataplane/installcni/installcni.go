@@ -59,9 +59,6 @@ func WithCNIBinDir(dir string) Option { return func(i *Installer) { i.binDir = d
 // single meshctl binary that also serves as the plugin).
 func WithPluginBinary(path string) Option { return func(i *Installer) { i.binary = path } }
 
-// WithPluginType sets the plugin's type, which is also its file name.
-func WithPluginType(t string) Option { return func(i *Installer) { i.pluginType = t } }
-
 // WithAgentSocket sets the node agent socket the plugin asks to add pods.
 func WithAgentSocket(path string) Option {
 	return func(i *Installer) { i.pluginConfig.AgentSocket = path }

@@ -69,16 +69,13 @@ func WithMaxTTL(d time.Duration) Option { return func(s *Signer) { s.maxTTL = d 
 // does for its own signer; without it, CSRs wait for another approver.
 func WithAutoApprove(b bool) Option { return func(s *Signer) { s.autoApprove = b } }
 
-// DefaultCleanupAfter is how long a finished CSR is kept for the proxy to
-// read its certificate (it polls every 250 ms) before the signer deletes it.
+// DefaultCleanupAfter is how long a finished CSR (issued, denied or failed)
+// is kept for the proxy to read its certificate (it polls every 250 ms)
+// before the signer deletes it. The signer deletes them, not the proxy: the
+// proxy's RBAC then needs no delete on CSRs, which RBAC cannot narrow to the
+// proxy's own (generated names), so a compromised node could otherwise
+// delete every CSR in the cluster.
 const DefaultCleanupAfter = 2 * time.Minute
-
-// WithCleanupAfter sets how long after it was issued, denied or failed the
-// signer deletes a CSR of its signer name. The signer deletes them, not the
-// proxy: the proxy's RBAC then needs no delete on CSRs, which RBAC cannot
-// narrow to the proxy's own (generated names), so a compromised node could
-// otherwise delete every CSR in the cluster.
-func WithCleanupAfter(d time.Duration) Option { return func(s *Signer) { s.cleanup = d } }
 
 // WithClock sets the time source for validity periods.
 func WithClock(now func() time.Time) Option { return func(s *Signer) { s.now = now } }
