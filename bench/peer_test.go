@@ -19,7 +19,7 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
-	"github.com/meshctl/meshctl/pkg/install/meshca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 const td = "cluster.local"

@@ -25,7 +25,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/proxy"
 	"github.com/meshctl/meshctl/pkg/dataplane/signer"
 	"github.com/meshctl/meshctl/pkg/dataplane/zds"
-	"github.com/meshctl/meshctl/pkg/install/meshca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 func installCNI(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {

@@ -40,7 +40,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/meshctl/meshctl/pkg/install/meshca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // DefaultCache is where `make e2e-env` puts binaries; MESHCTL_CACHE overrides it.

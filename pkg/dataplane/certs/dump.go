@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/meshctl/meshctl/pkg/install/meshca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 type (

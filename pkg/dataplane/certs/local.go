@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/meshctl/meshctl/pkg/install/meshca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // FromCA is a Fetcher that signs with an in-process CA: for tests,

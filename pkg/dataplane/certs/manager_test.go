@@ -13,7 +13,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
-	"github.com/meshctl/meshctl/pkg/install/meshca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 var id = identity.New("cluster.local", "ns", "sa")

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
-	"github.com/meshctl/meshctl/pkg/install/meshca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // Benchmarks compare, on loopback and side by side: plain TCP, TLS 1.3 only

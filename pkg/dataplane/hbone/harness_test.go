@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
-	"github.com/meshctl/meshctl/pkg/install/meshca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 const td = "cluster.local"

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
-	"github.com/meshctl/meshctl/pkg/install/meshca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 func TestTunnelCarriesDataAndHalfClose(t *testing.T) {

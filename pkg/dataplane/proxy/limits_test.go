@@ -15,7 +15,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
 	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
-	"github.com/meshctl/meshctl/pkg/install/meshca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // blackholePod is a pod netns with the in-pod rules whose peer never

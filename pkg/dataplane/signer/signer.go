@@ -20,7 +20,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/csr"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
-	"github.com/meshctl/meshctl/pkg/install/meshca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // NodeNameExtra is the user-info extra key in which the API server records
