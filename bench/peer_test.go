@@ -17,9 +17,9 @@ import (
 	istiohbone "istio.io/istio/pkg/hbone"
 	istiolog "istio.io/istio/pkg/log"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 const td = "cluster.local"
@@ -37,7 +37,7 @@ func init() {
 }
 
 type env struct {
-	ca               *ca.CA
+	ca               *meshca.CA
 	srvCert, cliCert tls.Certificate
 	echo, sink       netip.AddrPort
 	ours, istio      netip.AddrPort // HBONE servers
@@ -55,7 +55,7 @@ func listen(tb testing.TB) net.Listener {
 func addrOf(ln net.Listener) netip.AddrPort { return netip.MustParseAddrPort(ln.Addr().String()) }
 
 func newEnv(tb testing.TB) *env {
-	c, err := ca.NewTest("peer")
+	c, err := meshca.NewTest("peer")
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -18,8 +18,8 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
-	"github.com/meshctl/meshctl/pkg/install/meshca"
 	"github.com/meshctl/meshctl/pkg/install/values"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 var (

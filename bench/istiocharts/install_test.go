@@ -16,8 +16,8 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
-	"github.com/meshctl/meshctl/pkg/install/meshca"
 	"github.com/meshctl/meshctl/pkg/install/values"
+	"github.com/meshctl/meshctl/pkg/meshca"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 

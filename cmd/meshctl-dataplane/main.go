@@ -11,15 +11,14 @@ import (
 	"path/filepath"
 
 	"github.com/meshctl/meshctl/internal/dataplanecmd"
+	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/cniplugin"
 )
 
-// cniName is the file name install-cni gives this binary in the host's CNI
-// bin dir: the container runtime runs a CNI plugin by its file name.
-const cniName = "meshctl-cni"
-
 func main() {
-	if filepath.Base(os.Args[0]) == cniName {
+	// Run under the file name install-cni gives it in the host's CNI bin
+	// dir, this binary is the CNI plugin.
+	if filepath.Base(os.Args[0]) == dataplane.DefaultPluginType {
 		cniplugin.Main()
 		return
 	}

@@ -6,16 +6,14 @@ import (
 	"path/filepath"
 
 	"github.com/meshctl/meshctl/cmd/meshctl/app"
+	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/cniplugin"
 )
 
-// cniName is the file name install-cni gives this binary in the host's CNI
-// bin dir: the container runtime runs a CNI plugin by its file name, so the
-// one meshctl binary is also the plugin.
-const cniName = "meshctl-cni" // install-cni's default plugin type
-
 func main() {
-	if filepath.Base(os.Args[0]) == cniName {
+	// Run under the file name install-cni gives it in the host's CNI bin
+	// dir, the one meshctl binary is also the CNI plugin.
+	if filepath.Base(os.Args[0]) == dataplane.DefaultPluginType {
 		cniplugin.Main()
 		return
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/meshctl/meshctl/pkg/dataplane"
 )
 
 // TestBinaryIsAlsoTheCNIPlugin builds meshctl, installs it under the CNI
@@ -20,7 +22,7 @@ func TestBinaryIsAlsoTheCNIPlugin(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	plugin := filepath.Join(dir, cniName)
+	plugin := filepath.Join(dir, dataplane.DefaultPluginType)
 	if err := os.Link(bin, plugin); err != nil {
 		t.Fatal(err)
 	}

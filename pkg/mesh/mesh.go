@@ -40,9 +40,9 @@ import (
 	"github.com/meshctl/meshctl/pkg/connect/routes"
 	"github.com/meshctl/meshctl/pkg/install/image"
 	"github.com/meshctl/meshctl/pkg/install/installer"
-	"github.com/meshctl/meshctl/pkg/install/meshca"
 	"github.com/meshctl/meshctl/pkg/install/values"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // Provider is what the verbs need of pkg/cluster's *cluster.Provider (which

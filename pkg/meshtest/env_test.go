@@ -14,7 +14,7 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
-	"github.com/meshctl/meshctl/pkg/install/meshca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 func mustPlan(t *testing.T, req model.Request) *model.Plan {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/onsi/gomega/types"
+
+	"github.com/meshctl/meshctl/pkg/connect/check"
 )
 
 // Target is an address Reach connects to, with what the answer must say to
@@ -71,12 +73,16 @@ func Address(host string, port int) Target {
 	return Target{What: hostPort(host, port), Host: host, Port: port}
 }
 
-// reachTimeout bounds one attempt: nc's connect and idle timeout, plus the
-// exec round trip.
-const reachTimeout = 15 * time.Second
+// reachTimeout bounds one attempt: nc's connect and idle timeout
+// (reachNCTimeout, in seconds), plus the exec round trip.
+const (
+	reachTimeout   = 15 * time.Second
+	reachNCTimeout = 5
+)
 
 // Reach succeeds when the actual *Echo's pod sends an HTTP GET to target
-// with nc and gets the answer target expects. One call is one attempt; to
+// with nc (check.ProbeCommand, the probe `meshctl check` runs) and gets the
+// answer target expects. One call is one attempt; to
 // wait for a path to come up, poll it:
 //
 //	Eventually(from).WithTimeout(time.Minute).Should(meshtest.Reach(to.ServiceTarget()))
@@ -105,9 +111,7 @@ func (m *reachMatcher) Match(actual any) (bool, error) {
 	m.from = from.String()
 	ctx, cancel := context.WithTimeout(context.Background(), reachTimeout)
 	defer cancel()
-	// HTTP/1.0: httpd closes the connection after its answer, so nc ends
-	// as soon as the answer is in, not after its idle timeout.
-	script := fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 %s %d`, m.target.Host, m.target.Port)
+	script := check.ProbeCommand(m.target.Host, m.target.Port, reachNCTimeout, check.HTTPRequest)
 	m.answer, m.stderr, m.err = from.Exec(ctx, "sh", "-c", script)
 	if m.err != nil {
 		var exit *ExitError

@@ -39,6 +39,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // DefaultCache is where `make e2e-env` puts binaries; MESHCTL_CACHE overrides it.
@@ -304,22 +306,15 @@ func writePKI(dir string) (*pkiFiles, error) {
 	if err := os.MkdirAll(pdir, 0o700); err != nil {
 		return nil, err
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "meshctl-testenv-ca"},
+	ca, err := meshca.NewIssuer(&x509.Certificate{
+		Subject:   pkix.Name{CommonName: "meshctl-testenv-ca"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	}, nil)
 	if err != nil {
 		return nil, err
 	}
-	ca, _ := x509.ParseCertificate(caDER)
 	issue := func(serial int64, cn string, orgs []string, server bool) (certPEM, keyPEM []byte, err error) {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
@@ -337,7 +332,7 @@ func writePKI(dir string) (*pkiFiles, error) {
 		} else {
 			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &k.PublicKey, ca.Key)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -352,7 +347,7 @@ func writePKI(dir string) (*pkiFiles, error) {
 		caCert: filepath.Join(pdir, "ca.crt"), servingCert: filepath.Join(pdir, "apiserver.crt"),
 		servingKey: filepath.Join(pdir, "apiserver.key"), saKey: filepath.Join(pdir, "sa.key"),
 	}
-	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	p.caPEM = meshca.EncodeCertificates([]*x509.Certificate{ca.Cert})
 	srvCert, srvKey, err := issue(2, "kube-apiserver", nil, true)
 	if err != nil {
 		return nil, err

@@ -106,17 +106,13 @@ var _ = Describe("IPv6-only clusters on two networks", Ordered, func() {
 
 	It("gives each gateway an IPv6 address from its own pool, answering from the other network", func(ctx SpecContext) {
 		Expect(res.Gateways).To(HaveLen(2))
-		kind := map[string]string{}
-		for _, c := range res.Clusters {
-			kind[c.Name] = c.KindName
-		}
+		probes := mesh.DeployEcho(ctx, mesh.CreateNamespace(ctx, "gw-probe-", nil), "probe")
 		for i, gw := range res.Gateways {
 			Expect(families(gw.Pools)).To(ConsistOf("IPv6"), "%s pools", gw.Cluster)
 			Expect(families(gw.Addresses)).To(ConsistOf("IPv6"), "%s addresses", gw.Cluster)
 			fakeGateway(ctx, mesh.Cluster(gw.Cluster), gw.Network, "meshctl-gw-v6-"+gw.Cluster)
-			other := kind[res.Gateways[1-i].Cluster] + "-control-plane"
-			Eventually(func() string { return gatewayAnswer(other, gw.Address()) }).WithTimeout(3*time.Minute).WithPolling(3*time.Second).
-				Should(ContainSubstring("meshctl-gw-v6-"+gw.Cluster), "from %s to %s's gateway [%s]:15021", other, gw.Cluster, gw.Address())
+			Eventually(probes.In(res.Gateways[1-i].Cluster)).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).
+				Should(meshtest.Reach(gatewayTarget(v6Env, gw, "meshctl-gw-v6-"+gw.Cluster)))
 		}
 	})
 })

@@ -34,7 +34,6 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 	}
 	ups := make([]upOutput, len(envs))
 	up := &ups[0]
-	kindNames := map[string]string{} // "<env>/<cluster>" → kind name
 	meshes := make([]*meshtest.Env, len(envs))
 	var mesh *meshtest.Env
 
@@ -58,11 +57,6 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 			}()
 		}
 		wg.Wait()
-		for k, e := range envs {
-			for _, c := range ups[k].Clusters {
-				kindNames[e+"/"+c.Name] = c.KindName
-			}
-		}
 		mesh = attach(ctx, gwEnv, meshtest.WithClusters(2), meshtest.WithNetworks(2))
 		meshes[0] = mesh
 		meshes[1] = reuse(ctx, envs[1], meshtest.WithClusters(2), meshtest.WithNetworks(2))
@@ -151,22 +145,26 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 		}
 	})
 
-	It("answers TCP on each gateway address, from the other network's node and from the other environment", func(ctx SpecContext) {
+	It("answers TCP on each gateway address, from the other network and from the other environment", func(ctx SpecContext) {
 		for k, u := range ups {
 			for _, gw := range u.Gateways {
 				fakeGateway(ctx, meshes[k].Cluster(gw.Cluster), gw.Network, "meshctl-gw-"+envs[k]+"-"+gw.Cluster)
 			}
 		}
+		probes := make([]meshtest.Echoes, len(envs))
+		for k, m := range meshes {
+			probes[k] = m.DeployEcho(ctx, m.CreateNamespace(ctx, "gw-probe-", nil), "probe")
+		}
 		for k, u := range ups {
 			for i, gw := range u.Gateways {
 				other := u.Gateways[1-i]
-				from := []string{
-					kindNames[envs[k]+"/"+other.Cluster] + "-control-plane", // the other network
-					kindNames[envs[1-k]+"/"+gw.Cluster] + "-control-plane",  // the other environment
+				from := []*meshtest.Echo{
+					probes[k].In(other.Cluster), // the other network
+					probes[1-k].In(gw.Cluster),  // the other environment
 				}
-				for _, node := range from {
-					Eventually(func() string { return gatewayAnswer(node, gw.Address()) }).WithTimeout(3*time.Minute).WithPolling(3*time.Second).
-						Should(ContainSubstring("meshctl-gw-"+envs[k]+"-"+gw.Cluster), "from %s to %s/%s's gateway %s:15021", node, envs[k], gw.Cluster, gw.Address())
+				for _, f := range from {
+					Eventually(f).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).
+						Should(meshtest.Reach(gatewayTarget(envs[k], gw, "meshctl-gw-"+envs[k]+"-"+gw.Cluster)))
 				}
 			}
 		}
@@ -246,8 +244,8 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 })
 
 // fakeGateway stands in for the gateway pods the dataplane will deploy: a
-// pod with the labels the east-west gateway Service selects, whose listener
-// on the status port (15021) answers reply.
+// pod with the labels the east-west gateway Service selects, whose HTTP
+// server on the status port (15021) answers reply, as meshtest's echo does.
 func fakeGateway(ctx SpecContext, c *meshtest.Cluster, network, reply string) {
 	GinkgoHelper()
 	labels, err := json.Marshal(gateway.GatewaySelector(network))
@@ -262,16 +260,14 @@ spec:
   - name: listen
     image: %s
     imagePullPolicy: Never
-    command: [sh, -c, "while true; do echo %s | nc -l -p 15021; done"]
+    command: [sh, -c, "mkdir -p /www && echo %s > /www/index.html && exec httpd -f -p 15021 -h /www"]
 `, labels, suite.testImage, reply))
 }
 
-// gatewayAnswer is what a gateway address's status port says to a kind
-// node, read with bash's /dev/tcp (the node image has bash and coreutils,
-// not nc); IPv6 addresses go in as they are.
-func gatewayAnswer(node, addr string) string {
-	out, _ := docker("exec", node, "bash", "-c", "exec 3<>/dev/tcp/"+addr+"/15021 && timeout 5 cat <&3")
-	return out
+// gatewayTarget is a gateway address's status port, answering reply
+// (fakeGateway's).
+func gatewayTarget(env string, gw gateway.ClusterResult, reply string) meshtest.Target {
+	return meshtest.Target{What: fmt.Sprintf("%s/%s's gateway", env, gw.Cluster), Host: gw.Address(), Port: 15021, Expect: reply}
 }
 
 // requireMetalLBImages skips the container (fails it under

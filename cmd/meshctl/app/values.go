@@ -44,9 +44,9 @@ istiod: --istiod-address, else the primary's east-west gateway) and
 istiodRemote.injectionPath; a primary of remotes global.externalIstiod.
 
 Values are merged as Helm merges them, lowest first: the default profile
-(values/default.yaml, embedded), the --profile over it, the values derived
-from the plan, each -f file in turn, then each --set. A null in a file or
---set removes a default.
+(pkg/install/values/profiles/default.yaml, embedded), the --profile over it,
+the values derived from the plan, each -f file in turn, then each --set. A
+null in a file or --set removes a default.
 
 With several clusters, -o yaml prints one YAML document per cluster, each
 headed by a comment naming it; -o json prints one object keyed by cluster.`,

@@ -257,13 +257,13 @@ func script(probes []Probe, attempts int) string {
 	fmt.Fprintf(&b, `probe() {
   i=0; out=""
   while [ $i -lt %d ]; do
-    out=$(nc -w %d "$2" %d </dev/null 2>&1)
+    out=$(%s 2>&1)
     case "$out" in *"%s $3"*) echo "RESULT $1 ok"; return;; esac
     i=$((i+1)); sleep 1
   done
   echo "RESULT $1 fail $(echo "${out:-no answer}" | tr '\n' ' ')"
 }
-`, attempts, connectTimeout, Port, answer)
+`, attempts, ProbeCommand(`"$2"`, Port, connectTimeout, ""), answer)
 	for i, p := range probes {
 		if p.Path == PathGateway {
 			continue

@@ -88,16 +88,9 @@ func WithUpstreamImages() Option {
 // docker engine has it and the node does not).
 func WithImageLoader(l ImageLoader) Option { return func(i *Installer) { i.loader = l } }
 
-// WithDocker replaces the docker CLI (tests).
-func WithDocker(d Docker) Option { return func(i *Installer) { i.docker = d } }
-
 // WithSubnets sets the subnets to carve pools from instead of reading the
 // kind docker network's.
 func WithSubnets(s ...netip.Prefix) Option { return func(i *Installer) { i.subnets = s } }
-
-// WithPoolSize sets the addresses per cluster and IP family (a power of
-// two, default DefaultPoolSize).
-func WithPoolSize(n int) Option { return func(i *Installer) { i.poolSize = n } }
 
 // WithTimeout bounds, per cluster, the wait for MetalLB to be ready and then
 // for the gateway's address.

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 type (
@@ -34,7 +34,7 @@ type CertInfo struct {
 func (m *Manager) Dump() []CertDump {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	roots, _ := ca.ParseCertificates(m.rootPEM)
+	roots, _ := meshca.ParseCertificates(m.rootPEM)
 	now := m.clock.Now()
 	out := make([]CertDump, 0, len(m.entries))
 	for id, e := range m.entries {
@@ -61,7 +61,7 @@ func (m *Manager) Dump() []CertDump {
 
 func info(c *x509Cert) CertInfo {
 	return CertInfo{
-		PEM:            string(ca.EncodeCertificates([]*x509Cert{c})),
+		PEM:            string(meshca.EncodeCertificates([]*x509Cert{c})),
 		SerialNumber:   c.SerialNumber.Text(16),
 		ValidFrom:      c.NotBefore,
 		ExpirationTime: c.NotAfter,

@@ -4,18 +4,18 @@ import (
 	"context"
 	"time"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // FromCA is a Fetcher that signs with an in-process CA: for tests,
 // benchmarks and single-process setups where no Kubernetes API exists.
-func FromCA(c *ca.CA, ttl time.Duration, now func() time.Time) Fetcher {
+func FromCA(c *meshca.CA, ttl time.Duration, now func() time.Time) Fetcher {
 	return FetcherFunc(func(_ context.Context, req Request) ([]byte, []byte, error) {
 		t := now()
 		chain, err := c.SignCSR(req.CSR, req.Identity.URL(), t.Add(-time.Minute), t.Add(ttl))
 		if err != nil {
 			return nil, nil, err
 		}
-		return ca.EncodeCertificates(chain), c.RootsPEM(), nil
+		return meshca.EncodeCertificates(chain), c.RootsPEM(), nil
 	})
 }

@@ -17,8 +17,8 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // Pod names the pod an identity is requested for: the signer checks that the
@@ -224,7 +224,7 @@ func (m *Manager) fetchOnce(ctx context.Context, id identity.Identity, e *entry)
 	if err != nil {
 		return 0, m.fail(e, err)
 	}
-	chain, err := ca.ParseCertificates(chainPEM)
+	chain, err := meshca.ParseCertificates(chainPEM)
 	if err != nil || len(chain) == 0 {
 		return 0, m.fail(e, fmt.Errorf("issued chain: %w", errors.Join(err, errors.New("empty"))))
 	}
@@ -238,11 +238,11 @@ func (m *Manager) fetchOnce(ctx context.Context, id identity.Identity, e *entry)
 	if !chain[0].PublicKey.(*ecdsa.PublicKey).Equal(key.Public()) {
 		return 0, m.fail(e, errors.New("issued certificate does not match our key"))
 	}
-	roots, err := ca.ParseCertificates(rootsPEM)
+	roots, err := meshca.ParseCertificates(rootsPEM)
 	if err != nil {
 		return 0, m.fail(e, fmt.Errorf("roots: %w", err))
 	}
-	cert := ca.TLSCertificate(chain, key)
+	cert := meshca.TLSCertificate(chain, key)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e.cert, e.chain, e.lastErr = &cert, chain, nil

@@ -12,8 +12,8 @@ import (
 
 	testclock "k8s.io/utils/clock/testing"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 var id = identity.New("cluster.local", "ns", "sa")
@@ -22,7 +22,7 @@ var id = identity.New("cluster.local", "ns", "sa")
 // time of every call.
 type scripted struct {
 	clock *testclock.FakeClock
-	ca    *ca.CA
+	ca    *meshca.CA
 	mu    sync.Mutex
 	fail  bool
 	calls chan time.Time
@@ -43,7 +43,7 @@ func (s *scripted) Fetch(_ context.Context, req Request) ([]byte, []byte, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	return ca.EncodeCertificates(chain), s.ca.RootsPEM(), nil
+	return meshca.EncodeCertificates(chain), s.ca.RootsPEM(), nil
 }
 
 func (s *scripted) setFail(f bool) { s.mu.Lock(); s.fail = f; s.mu.Unlock() }
@@ -83,7 +83,7 @@ func waitWaiter(t *testing.T, c *testclock.FakeClock) {
 
 func TestRefreshBackoffAndKeepOldCertificate(t *testing.T) {
 	t.Parallel()
-	c, err := ca.NewTest("certs")
+	c, err := meshca.NewTest("certs")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestRefreshBackoffAndKeepOldCertificate(t *testing.T) {
 
 func TestUntrackDropsIdentity(t *testing.T) {
 	t.Parallel()
-	c, err := ca.NewTest("certs")
+	c, err := meshca.NewTest("certs")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestUntrackDropsIdentity(t *testing.T) {
 // Unavailable, with a reason naming both identities.
 func TestWrongIdentityIsUnavailable(t *testing.T) {
 	t.Parallel()
-	c, err := ca.NewTest("certs")
+	c, err := meshca.NewTest("certs")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestWrongIdentityIsUnavailable(t *testing.T) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return ca.EncodeCertificates(chain), c.RootsPEM(), nil
+		return meshca.EncodeCertificates(chain), c.RootsPEM(), nil
 	}), WithBackoff(time.Hour, time.Hour))
 	defer m.Close()
 	m.Track(id, Pod{UID: "u"})

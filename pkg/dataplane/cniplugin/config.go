@@ -7,6 +7,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 )
 
@@ -35,10 +36,10 @@ func parseConfig(stdin []byte) (*config, error) {
 		return nil, types.NewError(types.ErrDecodingFailure, "decoding prevResult", err.Error())
 	}
 	if c.AgentSocket == "" {
-		c.AgentSocket = ambient.DefaultAgentSocket
+		c.AgentSocket = dataplane.DefaultAgentSocket
 	}
 	if c.ExcludeNamespaces == nil {
-		c.ExcludeNamespaces = ambient.DefaultExcludedNamespaces
+		c.ExcludeNamespaces = dataplane.DefaultExcludedNamespaces
 	}
 	return &c, nil
 }

@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // The contract between the node proxy and the signer.
@@ -131,7 +131,7 @@ func objectName(namespace, pod, suffix string) string {
 
 // splitRoots separates the self-signed roots the signer appends to the chain.
 func splitRoots(pemChain []byte) ([]byte, []byte, error) {
-	all, err := ca.ParseCertificates(pemChain)
+	all, err := meshca.ParseCertificates(pemChain)
 	if err != nil {
 		return nil, nil, fmt.Errorf("issued chain: %w", err)
 	}
@@ -146,7 +146,7 @@ func splitRoots(pemChain []byte) ([]byte, []byte, error) {
 	if len(chain) == 0 {
 		return nil, nil, fmt.Errorf("issued chain has no leaf")
 	}
-	return ca.EncodeCertificates(chain), ca.EncodeCertificates(roots), nil
+	return meshca.EncodeCertificates(chain), meshca.EncodeCertificates(roots), nil
 }
 
 type x509Cert = x509.Certificate

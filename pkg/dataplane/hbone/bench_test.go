@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // Benchmarks compare, on loopback and side by side: plain TCP, TLS 1.3 only
@@ -29,7 +29,7 @@ type transport struct {
 }
 
 type benchEnv struct {
-	ca      *ca.CA
+	ca      *meshca.CA
 	tlsConf *tls.Config // client side of TLS-only
 	addrs   map[string]map[string]netip.AddrPort
 }
@@ -74,7 +74,7 @@ func echoOn(ln net.Listener) {
 
 func newBenchEnv(b *testing.B) *benchEnv {
 	b.Helper()
-	c, err := ca.NewTest("bench")
+	c, err := meshca.NewTest("bench")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -32,7 +32,7 @@
 // sends no window is reset, an h2 connection or socket whose peer stops
 // reading is closed.
 //
-// Known limit: a header list beyond 4× WithMaxHeaderBytes is not decoded at
+// Known limit: a header list beyond 4× the header limit is not decoded at
 // all; the connection gets GOAWAY (the CONTINUATION-flood defence) and the
 // h2 error metric counts it, not the 431 reject metric.
 package hbone

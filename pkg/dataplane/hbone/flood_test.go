@@ -102,8 +102,8 @@ func TestStreamFloodRefused(t *testing.T) {
 }
 
 // TestHugeHeadersRefused sends a header list far beyond any limit, spread
-// over CONTINUATION frames. It is beyond the 4× WithMaxHeaderBytes that h2tun
-// decodes (the CONTINUATION-flood defence, see the package doc), so the
+// over CONTINUATION frames. It is beyond the 4× defaultMaxHeaderBytes that
+// h2tun decodes (the CONTINUATION-flood defence, see the package doc), so the
 // connection gets GOAWAY and the h2 error metric counts it; no tunnel is
 // opened and other connections are unaffected.
 func TestHugeHeadersRefused(t *testing.T) {

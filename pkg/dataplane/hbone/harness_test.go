@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 const td = "cluster.local"
@@ -29,7 +29,7 @@ var (
 // echo destination.
 type env struct {
 	t          *testing.T
-	ca         *ca.CA
+	ca         *meshca.CA
 	serverAddr netip.AddrPort
 	echoAddr   netip.AddrPort
 	dialer     *Dialer
@@ -37,7 +37,7 @@ type env struct {
 	sm, cm     *Metrics
 }
 
-func issue(t testing.TB, c *ca.CA, id identity.Identity) *tls.Certificate {
+func issue(t testing.TB, c *meshca.CA, id identity.Identity) *tls.Certificate {
 	t.Helper()
 	cert, err := c.Issue(id.URL(), time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
 	if err != nil {
@@ -108,7 +108,7 @@ func startServer(t testing.TB, ln net.Listener, opts ...Option) *Server {
 
 func newEnv(t *testing.T, serverOpts ...Option) *env {
 	t.Helper()
-	c, err := ca.NewTest("hbone-test")
+	c, err := meshca.NewTest("hbone-test")
 	if err != nil {
 		t.Fatal(err)
 	}

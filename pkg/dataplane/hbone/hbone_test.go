@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 func TestTunnelCarriesDataAndHalfClose(t *testing.T) {
@@ -316,7 +316,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestBadCertificatesRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	foreignCA, err := ca.NewTest("foreign")
+	foreignCA, err := meshca.NewTest("foreign")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +368,7 @@ func TestBadCertificatesRefused(t *testing.T) {
 
 func TestServerCertificateChosenByDestinationIP(t *testing.T) {
 	t.Parallel()
-	c, err := ca.NewTest("by-ip")
+	c, err := meshca.NewTest("by-ip")
 	if err != nil {
 		t.Fatal(err)
 	}

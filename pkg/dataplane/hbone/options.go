@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 )
 
@@ -76,7 +77,7 @@ func withNoInline(on bool) Option { return func(c *config) { c.noInline = on } }
 
 func newConfig(opts []Option) config {
 	c := config{
-		trustDomain:      "cluster.local",
+		trustDomain:      dataplane.DefaultTrustDomain,
 		upstreamTimeout:  defaultUpstreamTimeout,
 		connectTimeout:   defaultConnectTimeout,
 		handshakeTimeout: defaultHandshakeTimeout,
@@ -193,13 +194,6 @@ func WithTimeouts(connect, upstream, idle time.Duration) Option {
 		}
 	}
 }
-
-// WithMaxHeaderBytes limits the size of a CONNECT request's headers.
-func WithMaxHeaderBytes(n int) Option { return func(c *config) { c.maxHeaderBytes = n } }
-
-// WithStreamsPerConn sets how many tunnels the dialer multiplexes on one h2
-// connection before opening another.
-func WithStreamsPerConn(n int) Option { return func(c *config) { c.streamsPerConn = n } }
 
 func markControl(mark int) func(network, address string, rc syscall.RawConn) error {
 	if mark == 0 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 )
 
@@ -57,9 +58,6 @@ func WithCNIBinDir(dir string) Option { return func(i *Installer) { i.binDir = d
 // WithPluginBinary is the binary to install (default: this executable, the
 // single meshctl binary that also serves as the plugin).
 func WithPluginBinary(path string) Option { return func(i *Installer) { i.binary = path } }
-
-// WithPluginType sets the plugin's type, which is also its file name.
-func WithPluginType(t string) Option { return func(i *Installer) { i.pluginType = t } }
 
 // WithAgentSocket sets the node agent socket the plugin asks to add pods.
 func WithAgentSocket(path string) Option {
@@ -110,8 +108,8 @@ func New(opts ...Option) *Installer {
 		hostConfDir:  "/etc/cni/net.d",
 		binDir:       "/host/opt/cni/bin",
 		saDir:        "/var/run/secrets/kubernetes.io/serviceaccount",
-		pluginType:   ambient.DefaultPluginType,
-		pluginConfig: ambient.PluginConfig{AgentSocket: ambient.DefaultAgentSocket, ExcludeNamespaces: ambient.DefaultExcludedNamespaces},
+		pluginType:   dataplane.DefaultPluginType,
+		pluginConfig: ambient.PluginConfig{AgentSocket: dataplane.DefaultAgentSocket, ExcludeNamespaces: dataplane.DefaultExcludedNamespaces},
 		throttle:     time.Second,
 		upgrading:    func() bool { return false },
 		log:          slog.Default(),

@@ -57,7 +57,7 @@ type GatewayConfig struct {
 }
 
 // NewGateway builds a Gateway; WithDiscovery (or a model) and WithFetcher
-// or WithCertificateManager are required. The per-pod options (workload
+// are required. The per-pod options (workload
 // events, ports, mesh CIDRs, policies) do not apply.
 func NewGateway(cfg GatewayConfig, opts ...Option) (*Gateway, error) {
 	o := defaults()
@@ -77,7 +77,7 @@ func NewGateway(cfg GatewayConfig, opts ...Option) (*Gateway, error) {
 	case o.fetcher != nil:
 		g.certs, g.own = certs.New(o.fetcher, certs.WithLogger(o.log)), true
 	default:
-		return nil, errors.New("gateway: WithFetcher or WithCertificateManager is required")
+		return nil, errors.New("gateway: WithFetcher is required")
 	}
 	g.model, g.source = o.model, o.source
 	if d := o.discovery; d != nil && g.model == nil {

@@ -13,12 +13,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
 	"github.com/meshctl/meshctl/pkg/dataplane/podnet"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // Two networks: pod A (10.200.1.2) on net1, pod B (10.200.2.2) on net2,
@@ -93,7 +93,7 @@ func newTwoNetworks(t *testing.T, serverSA string) *twoNetworks {
 		"-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset")
 	feed([]*model.Model{e.model, e.modelB}, true)
 
-	c, err := ca.NewTest("gateway-integration")
+	c, err := meshca.NewTest("gateway-integration")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,16 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 func TestNewGatewayNeedsItsPodAndAModel(t *testing.T) {
 	t.Parallel()
-	c, err := ca.NewTest("gateway")
+	c, err := meshca.NewTest("gateway")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestNewGatewayNeedsItsPodAndAModel(t *testing.T) {
 // (the gateway always forwards to an endpoint's 15008).
 func TestGatewayOnLoopback(t *testing.T) {
 	t.Parallel()
-	c, err := ca.NewTest("gateway")
+	c, err := meshca.NewTest("gateway")
 	if err != nil {
 		t.Fatal(err)
 	}

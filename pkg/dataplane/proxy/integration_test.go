@@ -17,11 +17,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 	"github.com/meshctl/meshctl/pkg/dataplane/podnet"
 	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 func sh(t *testing.T, name string, args ...string) {
@@ -110,7 +110,7 @@ func newTwoNodes(t *testing.T, optsB ...Option) *twoNodes {
 	}
 	e := &twoNodes{t: t}
 	e.podA, e.podB, e.router = netnsTopology(t)
-	c, err := ca.NewTest("integration")
+	c, err := meshca.NewTest("integration")
 	if err != nil {
 		t.Fatal(err)
 	}

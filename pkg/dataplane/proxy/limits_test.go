@@ -12,10 +12,10 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
 	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // blackholePod is a pod netns with the in-pod rules whose peer never
@@ -79,7 +79,7 @@ func sockets(t *testing.T, pod *os.File) (synSent, backlog int) {
 
 func limitedProxy(t *testing.T, pod *os.File, dials, conns int) *Proxy {
 	t.Helper()
-	c, err := ca.NewTest("limits")
+	c, err := meshca.NewTest("limits")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 	"github.com/meshctl/meshctl/pkg/dataplane/podnet"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // modelNodes is the two-node netns topology with a proxy per node routed
@@ -59,7 +59,7 @@ func newModelNodes(t *testing.T, serverSA string) *modelNodes {
 		Endpoints: []model.Endpoint{{WorkloadUID: "c2//Pod/ns-b/server", Ready: true}}})
 	m.MarkSynced()
 
-	c, err := ca.NewTest("model-integration")
+	c, err := meshca.NewTest("model-integration")
 	if err != nil {
 		t.Fatal(err)
 	}

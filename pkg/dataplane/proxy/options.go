@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
@@ -89,7 +90,7 @@ type options struct {
 
 func defaults() options {
 	return options{
-		trustDomain:    "cluster.local",
+		trustDomain:    dataplane.DefaultTrustDomain,
 		adminAddr:      "127.0.0.1:15000",
 		metricsAddr:    ":15020",
 		readyAddr:      ":15021",
@@ -113,9 +114,6 @@ func WithTrustDomain(td string) Option { return func(o *options) { o.trustDomain
 // WithFetcher sets how certificates are obtained (CSRs in a cluster).
 func WithFetcher(f certs.Fetcher) Option { return func(o *options) { o.fetcher = f } }
 
-// WithCertificateManager shares an existing manager (tests, benchmarks).
-func WithCertificateManager(m *certs.Manager) Option { return func(o *options) { o.certs = m } }
-
 // WithAddresses sets the admin, metrics and readiness listen addresses; an
 // empty string disables that server. Admin should stay on localhost: it
 // shows certificates.
@@ -131,13 +129,6 @@ func WithPorts(outbound, inbound, hboneP int) Option {
 
 // WithMark sets the SO_MARK of the proxy's own sockets (0 disables).
 func WithMark(mark int) Option { return func(o *options) { o.mark = mark } }
-
-// WithSourcePreservation sets whether inbound connections reach the app from
-// the client's own address (the default, as in Istio ambient) or from the
-// proxy's. Preserving needs the pod's redirection rules (package redirect)
-// to route replies back and CAP_NET_ADMIN for IP_TRANSPARENT; without the
-// capability the proxy falls back to its own address.
-func WithSourcePreservation(on bool) Option { return func(o *options) { o.preserveSource = on } }
 
 // WithResolver decides, per original destination, whether and where to use
 // HBONE; destinations it declines are passed through as plain TCP.
@@ -243,10 +234,4 @@ func WithWorkloadLimits(dials, conns int) Option {
 // and starts reading policies when Istio's base chart installs them.
 func WithPolicies(cfg *rest.Config, rootNamespace string) Option {
 	return func(o *options) { o.policyConfig, o.policyRootNS = cfg, rootNamespace }
-}
-
-// WithWorkloadLookup tells the proxy the namespace and labels of the
-// workload that owns an address, for policy selectors (see policy.go).
-func WithWorkloadLookup(f func(dst netip.Addr) (namespace string, labels map[string]string, ok bool)) Option {
-	return func(o *options) { o.lookup = f }
 }

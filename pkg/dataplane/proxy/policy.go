@@ -18,13 +18,12 @@ import (
 // captured on 15006 (a denial resets it; STRICT mTLS denies them all).
 //
 // The destination workload's labels select policies. ZDS carries none, so
-// they come from WithWorkloadLookup, else from the service model
-// (WithDiscovery, the pod's labels; WithXDS, the policies istiod bound to
-// the workload); without either, or for an address
-// they do not know, the proxy uses the namespace of the pod that owns the
-// address and no labels: namespace- and mesh-wide policies apply, selector
-// policies do not. The proxy is not ready before the policies have been
-// listed once.
+// they come from the service model (WithDiscovery, the pod's labels;
+// WithXDS, the policies istiod bound to the workload); without it, or for
+// an address it does not know, the proxy uses the namespace of the pod that
+// owns the address and no labels: namespace- and mesh-wide policies apply,
+// selector policies do not. The proxy is not ready before the policies have
+// been listed once.
 
 func (p *Proxy) newPolicyMetrics() {
 	p.policyDenied = prometheus.NewCounterVec(prometheus.CounterOpts{

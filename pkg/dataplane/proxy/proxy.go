@@ -54,7 +54,7 @@ type Proxy struct {
 	seen      map[string]bool // UIDs added or kept in the current session
 }
 
-// New builds a Proxy; WithFetcher or WithCertificateManager is required.
+// New builds a Proxy; WithFetcher is required.
 func New(opts ...Option) (*Proxy, error) {
 	o := defaults()
 	for _, opt := range opts {
@@ -67,7 +67,7 @@ func New(opts ...Option) (*Proxy, error) {
 	case o.fetcher != nil:
 		p.certs, p.ownCerts = certs.New(o.fetcher, certs.WithLogger(o.log)), true
 	default:
-		return nil, errors.New("proxy: WithFetcher or WithCertificateManager is required")
+		return nil, errors.New("proxy: WithFetcher is required")
 	}
 	p.metrics = hbone.NewMetrics(p.reg)
 	p.wlGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "meshctl_proxy_workloads", Help: "Pods the proxy serves."})

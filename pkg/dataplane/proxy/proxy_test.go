@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // fakeAgent is a node agent the test drives: each session is a channel of
@@ -108,7 +108,7 @@ func echoServer(t *testing.T) netip.AddrPort {
 
 func TestProxyLifecycleAdminAndHBONE(t *testing.T) {
 	t.Parallel()
-	c, err := ca.NewTest("proxy")
+	c, err := meshca.NewTest("proxy")
 	if err != nil {
 		t.Fatal(err)
 	}

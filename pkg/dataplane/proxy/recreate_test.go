@@ -15,10 +15,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
 	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // sandbox is a pod netns with the production in-pod rules, joined by a veth
@@ -88,7 +88,7 @@ func dupFile(t *testing.T, f *os.File) *os.File {
 // listeners are gone. A re-sent Add with the same netns keeps the listeners.
 func TestIntegrationRecreatedSandboxGetsNewListeners(t *testing.T) {
 	netnstest.Require(t)
-	c, err := ca.NewTest("recreate")
+	c, err := meshca.NewTest("recreate")
 	if err != nil {
 		t.Fatal(err)
 	}

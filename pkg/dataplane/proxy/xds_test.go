@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/xds"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // TestXDSFeedsTheEnforcedPolicyStore: with WithXDS the proxy's model and
@@ -20,7 +20,7 @@ import (
 // workload (WDS carries no labels).
 func TestXDSFeedsTheEnforcedPolicyStore(t *testing.T) {
 	t.Parallel()
-	c, err := ca.NewTest("proxy")
+	c, err := meshca.NewTest("proxy")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,11 +51,6 @@ type Option func(*Redirector)
 // WithTable names the nftables table (inet family) that holds the rules.
 func WithTable(name string) Option { return func(r *Redirector) { r.table = name } }
 
-// WithProbeSources replaces the exempt probe source addresses.
-func WithProbeSources(addrs ...netip.Addr) Option {
-	return func(r *Redirector) { r.probeSources = addrs }
-}
-
 // New returns a Redirector with upstream-compatible defaults.
 func New(opts ...Option) *Redirector {
 	r := &Redirector{table: DefaultTable, probeSources: []netip.Addr{DefaultProbeSource, DefaultProbeSourceV6}}

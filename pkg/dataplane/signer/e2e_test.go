@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/csr"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // TestManagerThroughCSRs wires the pieces as a node runs them: the proxy's
@@ -18,7 +18,7 @@ import (
 // certificate and the mesh roots; a pod on another node gets nothing.
 func TestManagerThroughCSRs(t *testing.T) {
 	t.Parallel()
-	c, err := ca.NewTest("e2e")
+	c, err := meshca.NewTest("e2e")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,10 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
+	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/csr"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
-	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // NodeNameExtra is the user-info extra key in which the API server records
@@ -30,7 +30,7 @@ const NodeNameExtra = "authentication.kubernetes.io/node-name"
 // Signer approves and signs meshctl workload CSRs.
 type Signer struct {
 	cs          kubernetes.Interface
-	ca          *ca.CA
+	ca          *meshca.CA
 	signerName  string
 	trustDomain string
 	proxyUsers  map[string]bool
@@ -69,16 +69,13 @@ func WithMaxTTL(d time.Duration) Option { return func(s *Signer) { s.maxTTL = d 
 // does for its own signer; without it, CSRs wait for another approver.
 func WithAutoApprove(b bool) Option { return func(s *Signer) { s.autoApprove = b } }
 
-// DefaultCleanupAfter is how long a finished CSR is kept for the proxy to
-// read its certificate (it polls every 250 ms) before the signer deletes it.
+// DefaultCleanupAfter is how long a finished CSR (issued, denied or failed)
+// is kept for the proxy to read its certificate (it polls every 250 ms)
+// before the signer deletes it. The signer deletes them, not the proxy: the
+// proxy's RBAC then needs no delete on CSRs, which RBAC cannot narrow to the
+// proxy's own (generated names), so a compromised node could otherwise
+// delete every CSR in the cluster.
 const DefaultCleanupAfter = 2 * time.Minute
-
-// WithCleanupAfter sets how long after it was issued, denied or failed the
-// signer deletes a CSR of its signer name. The signer deletes them, not the
-// proxy: the proxy's RBAC then needs no delete on CSRs, which RBAC cannot
-// narrow to the proxy's own (generated names), so a compromised node could
-// otherwise delete every CSR in the cluster.
-func WithCleanupAfter(d time.Duration) Option { return func(s *Signer) { s.cleanup = d } }
 
 // WithClock sets the time source for validity periods.
 func WithClock(now func() time.Time) Option { return func(s *Signer) { s.now = now } }
@@ -87,8 +84,8 @@ func WithClock(now func() time.Time) Option { return func(s *Signer) { s.now = n
 func WithLogger(l *slog.Logger) Option { return func(s *Signer) { s.log = l } }
 
 // New returns a Signer that signs with c through the API at cs.
-func New(cs kubernetes.Interface, c *ca.CA, opts ...Option) *Signer {
-	s := &Signer{cs: cs, ca: c, signerName: csr.SignerName, trustDomain: "cluster.local",
+func New(cs kubernetes.Interface, c *meshca.CA, opts ...Option) *Signer {
+	s := &Signer{cs: cs, ca: c, signerName: csr.SignerName, trustDomain: dataplane.DefaultTrustDomain,
 		proxyUsers: map[string]bool{}, maxTTL: 24 * time.Hour, autoApprove: true,
 		now: time.Now, log: slog.New(slog.DiscardHandler), cleanup: DefaultCleanupAfter,
 		retries: 10, retryBase: 500 * time.Millisecond}
@@ -215,7 +212,7 @@ func (s *Signer) Reconcile(ctx context.Context, name string) error {
 	if err != nil {
 		return s.fail(ctx, obj, "SigningFailed", err)
 	}
-	obj.Status.Certificate = append(ca.EncodeCertificates(chain), s.ca.RootsPEM()...)
+	obj.Status.Certificate = append(meshca.EncodeCertificates(chain), s.ca.RootsPEM()...)
 	if _, err := api.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("store certificate of CSR %s: %w", name, err)
 	}
@@ -292,7 +289,7 @@ func (s *Signer) authorize(ctx context.Context, obj *certv1.CertificateSigningRe
 	case pod.Spec.HostNetwork:
 		// It shares the node's network namespace: the proxy never serves it.
 		return nil, fmt.Errorf("%w: pod %s/%s uses the host network", errNotAllowed, ns, name)
-	case slices.Contains(ambient.DefaultExcludedNamespaces, ns):
+	case slices.Contains(dataplane.DefaultExcludedNamespaces, ns):
 		return nil, fmt.Errorf("%w: namespace %s is never meshed", errNotAllowed, ns)
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		return nil, fmt.Errorf("%w: pod %s/%s has finished (%s)", errNotAllowed, ns, name, pod.Status.Phase)

@@ -23,10 +23,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/csr"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 const proxyUser = "system:serviceaccount:istio-system:ztunnel"
@@ -82,7 +82,7 @@ func csrFor(t *testing.T, id identity.Identity) []byte {
 
 func TestOnlyThePodsNodeGetsItsIdentity(t *testing.T) {
 	t.Parallel()
-	c, err := ca.NewTest("signer")
+	c, err := meshca.NewTest("signer")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,8 +110,8 @@ func TestOnlyThePodsNodeGetsItsIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chain, _ := ca.ParseCertificates(chainPEM)
-	roots, _ := ca.ParseCertificates(rootsPEM)
+	chain, _ := meshca.ParseCertificates(chainPEM)
+	roots, _ := meshca.ParseCertificates(rootsPEM)
 	if len(chain) != 2 || len(roots) != 1 {
 		t.Fatalf("chain %d certs, roots %d; want 2 and 1", len(chain), len(roots))
 	}
@@ -172,7 +172,7 @@ func TestOnlyThePodsNodeGetsItsIdentity(t *testing.T) {
 // never signed; a legitimate approved one is signed.
 func TestApprovalByOthersCannotBypassTheNodeRule(t *testing.T) {
 	t.Parallel()
-	c, err := ca.NewTest("signer")
+	c, err := meshca.NewTest("signer")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func runSigner(t *testing.T, api *apiServer, s *Signer) func(id identity.Identit
 // service account, and still get no certificate.
 func TestPodsTheProxyNeverServesGetNoIdentity(t *testing.T) {
 	t.Parallel()
-	c, err := ca.NewTest("signer")
+	c, err := meshca.NewTest("signer")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestPodsTheProxyNeverServesGetNoIdentity(t *testing.T) {
 // signed once it answers, not denied for good.
 func TestThrottledPodLookupIsRetriedNotDenied(t *testing.T) {
 	t.Parallel()
-	c, err := ca.NewTest("signer")
+	c, err := meshca.NewTest("signer")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package values
 
 import (
+	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,8 +14,13 @@ import (
 
 	"github.com/meshctl/meshctl/internal/fsutil"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
-	embedded "github.com/meshctl/meshctl/values"
 )
+
+// profilesFS holds profiles/<profile>.yaml for every profile; default.yaml
+// is the base every other profile is layered over.
+//
+//go:embed profiles/*.yaml
+var profilesFS embed.FS
 
 // Defaults of the values meshctl derives.
 const (
@@ -46,7 +52,7 @@ type Renderer struct {
 // Option configures a Renderer.
 type Option func(*Renderer)
 
-// WithProfile layers values/<name>.yaml over values/default.yaml.
+// WithProfile layers profiles/<name>.yaml over profiles/default.yaml.
 func WithProfile(name string) Option { return func(r *Renderer) { r.profile = name } }
 
 // WithFiles adds values files, merged in the order given, as `helm -f`.
@@ -99,12 +105,12 @@ func WithClusterGatewayAddress(cluster, address string) Option {
 // wants the placeholder.
 func WithKnownAddresses(b bool) Option { return func(r *Renderer) { r.knownAddresses = b } }
 
-// WithProfiles replaces the embedded profiles (values/*.yaml); tests use it.
+// WithProfiles replaces the embedded profiles (profiles/*.yaml); tests use it.
 func WithProfiles(fsys fs.FS) Option { return func(r *Renderer) { r.profiles = fsys } }
 
 // New returns a Renderer. Nothing is read until Render.
 func New(opts ...Option) *Renderer {
-	r := &Renderer{profiles: embedded.FS, profile: DefaultProfile, meshID: DefaultMeshID, gateways: map[string][]string{},
+	r := &Renderer{profiles: profiles(), profile: DefaultProfile, meshID: DefaultMeshID, gateways: map[string][]string{},
 		istiods: map[string]string{}, clusterGateways: map[string]string{}}
 	for _, o := range opts {
 		o(r)
@@ -331,4 +337,14 @@ func (r *Renderer) checkAddresses(p *model.Plan) error {
 		}
 	}
 	return nil
+}
+
+// profiles is the embedded profiles directory, its files at its top as
+// WithProfiles' are.
+func profiles() fs.FS {
+	sub, err := fs.Sub(profilesFS, "profiles")
+	if err != nil {
+		panic(err) // a constant, valid path: cannot fail
+	}
+	return sub
 }

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 // Method is the full gRPC method name of CreateCertificate.
@@ -126,7 +126,7 @@ func verifyServer(cs tls.ConnectionState, name string, roots func() ([]byte, err
 	if err != nil {
 		return fmt.Errorf("reading mesh root: %w", err)
 	}
-	parsed, err := ca.ParseCertificates(pemRoots)
+	parsed, err := meshca.ParseCertificates(pemRoots)
 	if err != nil || len(parsed) == 0 {
 		return fmt.Errorf("mesh root: no certificate: %w", errors.Join(err, errors.New("empty")))
 	}

@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
@@ -23,9 +22,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 const istiodName = "istiod.istio-system.svc"
@@ -36,7 +35,7 @@ var workload = identity.New("cluster.local", "ns-a", "sa-a")
 // sends (bearer token, clusterid, impersonated identity, TTL) and signs
 // with a meshctl test CA.
 type fakeIstiod struct {
-	signer *ca.CA
+	signer *meshca.CA
 	token  string
 
 	mu       sync.Mutex
@@ -71,7 +70,7 @@ func (f *fakeIstiod) handle(ctx context.Context, in *request) ([]string, error) 
 	// Istio's shape: one certificate per element, the root(s) last.
 	var out []string
 	for _, c := range chain {
-		out = append(out, string(ca.EncodeCertificates([]*x509.Certificate{c})))
+		out = append(out, string(meshca.EncodeCertificates([]*x509.Certificate{c})))
 	}
 	return append(out, string(f.signer.RootsPEM())), nil
 }
@@ -113,28 +112,25 @@ func (f *fakeIstiod) serve(t *testing.T, lis net.Listener, serving tls.Certifica
 // chains to (what istio-ca-root-cert holds).
 func servingPKI(t *testing.T) (tls.Certificate, []byte) {
 	t.Helper()
-	rootKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	rootTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{Organization: []string{"cluster.local"}},
+	root, err := meshca.NewIssuer(&x509.Certificate{
+		Subject:   pkix.Name{Organization: []string{"cluster.local"}},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	rootDER, err := x509.CreateCertificate(rand.Reader, rootTmpl, rootTmpl, rootKey.Public(), rootKey)
+		KeyUsage: x509.KeyUsageCertSign,
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, _ := x509.ParseCertificate(rootDER)
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	leafDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
 		SerialNumber: big.NewInt(2), DNSNames: []string{istiodName},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
-	}, root, key.Public(), rootKey)
+	}, root.Cert, key.Public(), root.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: key},
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw})
+		meshca.EncodeCertificates([]*x509.Certificate{root.Cert})
 }
 
 type fixture struct {
@@ -147,7 +143,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, clientRoot []byte) *fixture {
 	t.Helper()
-	signer, err := ca.NewTest("istiod")
+	signer, err := meshca.NewTest("istiod")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +266,7 @@ func TestWrongMeshRootIsUnavailable(t *testing.T) {
 
 func TestUnavailableThenRecovers(t *testing.T) {
 	t.Parallel()
-	signer, err := ca.NewTest("istiod")
+	signer, err := meshca.NewTest("istiod")
 	if err != nil {
 		t.Fatal(err)
 	}

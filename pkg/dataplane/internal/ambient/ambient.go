@@ -7,18 +7,11 @@ package ambient
 
 import "net"
 
-// Defaults shared by install-cni (which writes them into the CNI config) and
-// the node agent (which listens there).
-const (
-	DefaultPluginType  = "meshctl-cni"
-	DefaultAgentSocket = "/var/run/meshctl/pluginevent.sock"
-	// AddPath is the node agent's endpoint for CNI ADD, as upstream's.
-	AddPath = "/cmdadd"
-)
-
-// DefaultExcludedNamespaces never get redirection: the control plane must
-// come up before the mesh does.
-var DefaultExcludedNamespaces = []string{"kube-system"}
+// AddPath is the node agent's endpoint for CNI ADD, as upstream's. The
+// defaults the pieces share (the plugin type, the agent's socket, the
+// excluded namespaces) are package dataplane's, where meshctl's commands
+// can reach them too.
+const AddPath = "/cmdadd"
 
 // PluginConfig is the plugin's entry in the CNI conflist, beyond the
 // standard fields.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/enroll"
 )
 
@@ -69,13 +70,13 @@ type Kube struct {
 // NewKube returns the standalone source reading the local cluster through client.
 func NewKube(client kubernetes.Interface, cfg KubeConfig) *Kube {
 	if cfg.TrustDomain == "" {
-		cfg.TrustDomain = "cluster.local"
+		cfg.TrustDomain = dataplane.DefaultTrustDomain
 	}
 	if cfg.Domain == "" {
-		cfg.Domain = "cluster.local"
+		cfg.Domain = dataplane.DefaultDomain
 	}
 	if cfg.SystemNamespace == "" {
-		cfg.SystemNamespace = "istio-system"
+		cfg.SystemNamespace = dataplane.DefaultSystemNamespace
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

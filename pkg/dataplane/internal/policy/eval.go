@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 )
 
@@ -60,10 +61,10 @@ type Snapshot struct {
 	peerAuths map[string][]*PeerAuthentication
 }
 
-// NewSnapshot indexes policies; rootNS "" is DefaultRootNamespace.
+// NewSnapshot indexes policies; rootNS "" is dataplane.DefaultRootNamespace.
 func NewSnapshot(rootNS string, authz []*Authorization, peerAuths []*PeerAuthentication) *Snapshot {
 	if rootNS == "" {
-		rootNS = DefaultRootNamespace
+		rootNS = dataplane.DefaultRootNamespace
 	}
 	s := &Snapshot{rootNS: rootNS, byNS: map[string][]*Authorization{}, selectors: map[string][]*Authorization{},
 		bound: map[string]*Authorization{}, peerAuths: map[string][]*PeerAuthentication{}}

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"github.com/meshctl/meshctl/pkg/dataplane"
+
 	"log/slog"
 	"maps"
 	"slices"
@@ -19,10 +21,10 @@ type Store struct {
 	snap   atomic.Pointer[Snapshot]
 }
 
-// NewStore returns an empty Store; rootNS "" is DefaultRootNamespace.
+// NewStore returns an empty Store; rootNS "" is dataplane.DefaultRootNamespace.
 func NewStore(rootNS string) *Store {
 	if rootNS == "" {
-		rootNS = DefaultRootNamespace
+		rootNS = dataplane.DefaultRootNamespace
 	}
 	s := &Store{rootNS: rootNS, authz: map[string]*Authorization{}, peer: map[string]*PeerAuthentication{}}
 	s.snap.Store(NewSnapshot(rootNS, nil, nil))

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"github.com/meshctl/meshctl/pkg/dataplane"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -79,7 +81,7 @@ var l4When = map[string]bool{
 // or made fail-safe. The error is for an object that names no policy.
 func AuthorizationFromUnstructured(u *unstructured.Unstructured, rootNS string) (*Authorization, []string, error) {
 	if rootNS == "" {
-		rootNS = DefaultRootNamespace
+		rootNS = dataplane.DefaultRootNamespace
 	}
 	ns, name := u.GetNamespace(), u.GetName()
 	if ns == "" || name == "" {

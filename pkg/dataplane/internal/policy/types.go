@@ -7,9 +7,6 @@ import (
 	"time"
 )
 
-// DefaultRootNamespace is Istio's default root namespace (meshConfig.rootNamespace).
-const DefaultRootNamespace = "istio-system"
-
 // StaticStrictPolicyName is the name istiod gives the DENY policy that
 // stands for STRICT mTLS in ztunnel; denials by STRICT carry it.
 const StaticStrictPolicyName = "istio_converted_static_strict"

@@ -123,23 +123,64 @@ func writeKey(path string, key crypto.Signer) error {
 // cacerts Secret is.
 type Cacerts map[string][]byte
 
+// cacertsFiles are the files of Istio's cacerts layout.
+var cacertsFiles = []string{CACertFile, CAKeyFile, RootCertFile, CertChainFile}
+
 // Cacerts reads a cluster's files, as Ensure left them.
 func (a *Authority) Cacerts(cluster string) (Cacerts, error) {
-	out := Cacerts{}
 	dir := filepath.Join(a.dir, cluster)
 	for _, d := range []string{a.dir, dir} {
 		if err := checkOwnDir(d); err != nil {
 			return nil, fmt.Errorf("reading %s's cacerts (run meshctl ca): %w", cluster, err)
 		}
 	}
-	for _, name := range []string{CACertFile, CAKeyFile, RootCertFile, CertChainFile} {
-		path := filepath.Join(dir, name)
+	var distrusted error
+	out, err := readCacerts(dir, func(path string) error {
 		if err := checkFile(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("reading %s's cacerts (run meshctl ca to renew it): %w", cluster, err)
+			distrusted = err
+			return err
+		}
+		return nil
+	})
+	switch {
+	case distrusted != nil:
+		return nil, fmt.Errorf("reading %s's cacerts (run meshctl ca to renew it): %w", cluster, distrusted)
+	case err != nil:
+		return nil, fmt.Errorf("reading %s's cacerts (run meshctl ca): %w", cluster, err)
+	}
+	return out, nil
+}
+
+// LoadCA loads the signing CA from a cluster's cacerts files in dir, as its
+// istio-system/cacerts Secret is mounted in a pod. Unlike Authority.Cacerts
+// it takes the files as they are: a Secret volume is the kubelet's (root's,
+// its files links into a timestamped directory), not this user's.
+func LoadCA(dir string) (*CA, error) {
+	certs, err := readCacerts(dir, nil)
+	if err != nil {
+		return nil, fmt.Errorf("reading cacerts: %w", err)
+	}
+	c, err := FromPEM(certs[CACertFile], certs[CAKeyFile], certs[CertChainFile], certs[RootCertFile])
+	if err != nil {
+		return nil, fmt.Errorf("cacerts in %s: %w", dir, err)
+	}
+	return c, nil
+}
+
+// readCacerts reads the cacerts files in dir, each after check (if any)
+// accepts its path.
+func readCacerts(dir string, check func(path string) error) (Cacerts, error) {
+	out := Cacerts{}
+	for _, name := range cacertsFiles {
+		path := filepath.Join(dir, name)
+		if check != nil {
+			if err := check(path); err != nil {
+				return nil, err
+			}
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("reading %s's cacerts (run meshctl ca): %w", cluster, err)
+			return nil, err
 		}
 		out[name] = b
 	}

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/meshctl/meshctl/pkg/dataplane/ca"
 )
 
 var clusters = []string{"cluster1", "cluster2"}
@@ -132,7 +130,7 @@ func TestEnsureCreatesIstioCacerts(t *testing.T) {
 		if want := append(append([]byte{}, certs[CACertFile]...), certs[RootCertFile]...); !bytes.Equal(certs[CertChainFile], want) {
 			t.Errorf("%s: cert-chain.pem is not the intermediate then the root", c)
 		}
-		wca, err := ca.FromPEM(certs[CACertFile], certs[CAKeyFile], certs[CertChainFile], certs[RootCertFile])
+		wca, err := FromPEM(certs[CACertFile], certs[CAKeyFile], certs[CertChainFile], certs[RootCertFile])
 		if err != nil {
 			t.Fatalf("%s: dataplane CA cannot load the files: %v", c, err)
 		}
@@ -225,7 +223,7 @@ func TestEnsureRenewsWhatCannotBeKept(t *testing.T) {
 		{"corrupt root key", func(d string) error {
 			return os.WriteFile(filepath.Join(d, RootKeyFile), []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"), 0o600)
 		},
-			0, "root=renewed cluster1=renewed cluster2=renewed", "root-key.pem: not a PKCS#8 or EC private key"},
+			0, "root=renewed cluster1=renewed cluster2=renewed", "root-key.pem: not a PKCS#8, EC or PKCS#1 private key"},
 		{"intermediates in their last third", nil,
 			4 * 365 * 24 * time.Hour, "root=reused cluster1=renewed cluster2=renewed", "within the last third of its lifetime"},
 		{"root expired", nil,

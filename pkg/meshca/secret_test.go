@@ -1,4 +1,4 @@
-package meshca
+package meshca_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/meshctl/meshctl/pkg/meshca"
 	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
@@ -26,9 +27,9 @@ func TestIntegrationInstallSecret(t *testing.T) {
 	defer cancel()
 
 	dir := t.TempDir()
-	install := func(opts ...Option) (Cacerts, string) {
+	install := func(opts ...meshca.Option) (meshca.Cacerts, string) {
 		t.Helper()
-		a := New(dir, opts...)
+		a := meshca.New(dir, opts...)
 		if _, err := a.Ensure("cluster1"); err != nil {
 			t.Fatal(err)
 		}
@@ -36,15 +37,15 @@ func TestIntegrationInstallSecret(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		action, err := InstallSecret(ctx, client, certs)
+		action, err := meshca.InstallSecret(ctx, client, certs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return certs, action
 	}
-	check := func(want Cacerts) *corev1.Secret {
+	check := func(want meshca.Cacerts) *corev1.Secret {
 		t.Helper()
-		s, err := client.CoreV1().Secrets(Namespace).Get(ctx, SecretName, metav1.GetOptions{})
+		s, err := client.CoreV1().Secrets(meshca.Namespace).Get(ctx, meshca.SecretName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,43 +61,43 @@ func TestIntegrationInstallSecret(t *testing.T) {
 	}
 
 	certs, action := install()
-	if action != SecretCreated {
+	if action != meshca.SecretCreated {
 		t.Errorf("first install: %s", action)
 	}
 	first := check(certs)
-	if _, err := client.CoreV1().Namespaces().Get(ctx, Namespace, metav1.GetOptions{}); err != nil {
+	if _, err := client.CoreV1().Namespaces().Get(ctx, meshca.Namespace, metav1.GetOptions{}); err != nil {
 		t.Errorf("namespace: %v", err)
 	}
 
 	certs, action = install()
-	if action != SecretUnchanged {
+	if action != meshca.SecretUnchanged {
 		t.Errorf("second install: %s", action)
 	}
 	if again := check(certs); again.ResourceVersion != first.ResourceVersion {
 		t.Errorf("an unchanged install wrote the Secret: %s → %s", first.ResourceVersion, again.ResourceVersion)
 	}
 
-	rotated, action := install(WithRotate(true))
-	if action != SecretUpdated {
+	rotated, action := install(meshca.WithRotate(true))
+	if action != meshca.SecretUpdated {
 		t.Errorf("install after rotation: %s", action)
 	}
-	if bytes.Equal(rotated[CACertFile], certs[CACertFile]) {
+	if bytes.Equal(rotated[meshca.CACertFile], certs[meshca.CACertFile]) {
 		t.Error("rotation did not change the files")
 	}
 	check(rotated)
 
 	// A cacerts Secret of another type is someone else's: reported, kept.
-	if err := client.CoreV1().Secrets(Namespace).Delete(ctx, SecretName, metav1.DeleteOptions{}); err != nil {
+	if err := client.CoreV1().Secrets(meshca.Namespace).Delete(ctx, meshca.SecretName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: Namespace}, Type: "example.com/other", Data: map[string][]byte{"x": []byte("y")}}
-	if _, err := client.CoreV1().Secrets(Namespace).Create(ctx, other, metav1.CreateOptions{}); err != nil {
+	other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: meshca.SecretName, Namespace: meshca.Namespace}, Type: "example.com/other", Data: map[string][]byte{"x": []byte("y")}}
+	if _, err := client.CoreV1().Secrets(meshca.Namespace).Create(ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := InstallSecret(ctx, client, rotated); err == nil || !strings.Contains(err.Error(), "exists with type example.com/other") {
+	if _, err := meshca.InstallSecret(ctx, client, rotated); err == nil || !strings.Contains(err.Error(), "exists with type example.com/other") {
 		t.Errorf("a Secret of another type: %v", err)
 	}
-	if _, err := InstallSecret(ctx, client, Cacerts{CACertFile: []byte("x")}); err == nil || !strings.Contains(err.Error(), "ca-key.pem is empty") {
+	if _, err := meshca.InstallSecret(ctx, client, meshca.Cacerts{meshca.CACertFile: []byte("x")}); err == nil || !strings.Contains(err.Error(), "ca-key.pem is empty") {
 		t.Errorf("incomplete cacerts: %v", err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -117,12 +116,6 @@ type Files struct {
 	NotAfter time.Time         `json:"notAfter"`
 }
 
-// issuer is a loaded or new CA certificate with its key.
-type issuer struct {
-	cert *x509.Certificate
-	key  crypto.Signer
-}
-
 // Ensure makes the root and an intermediate for each cluster exist and be
 // valid, reusing what is. A new root renews every intermediate, since they
 // would no longer chain to it.
@@ -157,7 +150,7 @@ func (a *Authority) Ensure(clusters ...string) (*Result, error) {
 	return res, nil
 }
 
-func (a *Authority) ensureRoot() (issuer, Files, error) {
+func (a *Authority) ensureRoot() (*Issuer, Files, error) {
 	f := Files{Dir: a.dir, Files: map[string]string{
 		RootCertFile: filepath.Join(a.dir, RootCertFile),
 		RootKeyFile:  filepath.Join(a.dir, RootKeyFile),
@@ -171,39 +164,39 @@ func (a *Authority) ensureRoot() (issuer, Files, error) {
 	case err != nil:
 		var inv invalid
 		if !errors.As(err, &inv) {
-			return issuer{}, f, err
+			return nil, f, err
 		}
 		f.Action, f.Reason = Renewed, err.Error()
 	default:
-		f.Action, f.NotAfter = Reused, cur.cert.NotAfter
+		f.Action, f.NotAfter = Reused, cur.Cert.NotAfter
 		return cur, f, nil
 	}
 	now := a.now()
-	root, err := newCA(&x509.Certificate{
+	root, err := NewIssuer(&x509.Certificate{
 		Subject:   pkix.Name{Organization: []string{"meshctl"}, CommonName: "meshctl root CA (" + a.name + ")"},
 		NotBefore: now.Add(-backdate),
 		NotAfter:  now.Add(a.rootLife),
 		KeyUsage:  x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}, issuer{})
+	}, nil)
 	if err != nil {
-		return issuer{}, f, fmt.Errorf("creating the root CA: %w", err)
+		return nil, f, fmt.Errorf("creating the root CA: %w", err)
 	}
 	// The key first: a crash between the two leaves a certificate that does
 	// not match its key, which the next run renews.
-	if err := writeKey(f.Files[RootKeyFile], root.key); err != nil {
-		return issuer{}, f, err
+	if err := writeKey(f.Files[RootKeyFile], root.Key); err != nil {
+		return nil, f, err
 	}
-	if err := fsutil.WriteFile(f.Files[RootCertFile], encodeCerts(root.cert), 0o644); err != nil {
-		return issuer{}, f, err
+	if err := fsutil.WriteFile(f.Files[RootCertFile], EncodeCertificates([]*x509.Certificate{root.Cert}), 0o644); err != nil {
+		return nil, f, err
 	}
-	f.NotAfter = root.cert.NotAfter
+	f.NotAfter = root.Cert.NotAfter
 	return root, f, nil
 }
 
-func (a *Authority) ensureIntermediate(cluster string, root issuer, newRoot bool) (Files, error) {
+func (a *Authority) ensureIntermediate(cluster string, root *Issuer, newRoot bool) (Files, error) {
 	dir := filepath.Join(a.dir, cluster)
 	f := Files{Cluster: cluster, Dir: dir, Files: map[string]string{}}
-	for _, name := range []string{CACertFile, CAKeyFile, RootCertFile, CertChainFile} {
+	for _, name := range cacertsFiles {
 		f.Files[name] = filepath.Join(dir, name)
 	}
 	if err := mkdir(dir); err != nil {
@@ -226,15 +219,15 @@ func (a *Authority) ensureIntermediate(cluster string, root issuer, newRoot bool
 		}
 		f.Action, f.Reason = Renewed, err.Error()
 	default:
-		f.Action, f.NotAfter = Reused, cur.cert.NotAfter
+		f.Action, f.NotAfter = Reused, cur.Cert.NotAfter
 		return f, nil
 	}
 	now := a.now()
 	notAfter := now.Add(a.interLife)
-	if notAfter.After(root.cert.NotAfter) {
-		notAfter = root.cert.NotAfter
+	if notAfter.After(root.Cert.NotAfter) {
+		notAfter = root.Cert.NotAfter
 	}
-	inter, err := newCA(&x509.Certificate{
+	inter, err := NewIssuer(&x509.Certificate{
 		// The cluster is named in the subject only: no name constraints,
 		// so the intermediate can sign for any trust domain a test uses.
 		Subject:        pkix.Name{Organization: []string{"meshctl"}, Locality: []string{cluster}, CommonName: cluster + " intermediate CA"},
@@ -247,59 +240,69 @@ func (a *Authority) ensureIntermediate(cluster string, root issuer, newRoot bool
 	if err != nil {
 		return f, fmt.Errorf("creating %s's intermediate CA: %w", cluster, err)
 	}
-	rootPEM := encodeCerts(root.cert)
-	if err := writeKey(f.Files[CAKeyFile], inter.key); err != nil {
+	rootPEM := EncodeCertificates([]*x509.Certificate{root.Cert})
+	if err := writeKey(f.Files[CAKeyFile], inter.Key); err != nil {
 		return f, err
 	}
 	for _, w := range []struct {
 		name string
 		data []byte
 	}{
-		{CACertFile, encodeCerts(inter.cert)},
+		{CACertFile, EncodeCertificates([]*x509.Certificate{inter.Cert})},
 		{RootCertFile, rootPEM},
-		{CertChainFile, encodeCerts(inter.cert, root.cert)},
+		{CertChainFile, EncodeCertificates([]*x509.Certificate{inter.Cert, root.Cert})},
 	} {
 		if err := fsutil.WriteFile(f.Files[w.name], w.data, 0o644); err != nil {
 			return f, err
 		}
 	}
-	f.NotAfter = inter.cert.NotAfter
+	f.NotAfter = inter.Cert.NotAfter
 	return f, nil
 }
 
-// newCA creates a P-256 key and a CA certificate for it from tmpl, signed by
-// parent, or self-signed when parent has no certificate.
-func newCA(tmpl *x509.Certificate, parent issuer) (issuer, error) {
+// Issuer is a CA certificate and its key.
+type Issuer struct {
+	Cert *x509.Certificate
+	Key  crypto.Signer
+}
+
+// NewIssuer creates a P-256 key and a CA certificate for it from tmpl,
+// signed by parent, or self-signed when parent is nil. It sets tmpl's serial
+// number and marks it a CA; the rest (subject, validity, key usage, path
+// length) is the caller's.
+func NewIssuer(tmpl *x509.Certificate, parent *Issuer) (*Issuer, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return issuer{}, fmt.Errorf("generating key: %w", err)
+		return nil, fmt.Errorf("generating key: %w", err)
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	serial, err := newSerial()
 	if err != nil {
-		return issuer{}, fmt.Errorf("generating serial: %w", err)
+		return nil, err
 	}
 	tmpl.SerialNumber = serial
 	tmpl.IsCA = true
 	tmpl.BasicConstraintsValid = true
 	signer, signerKey := tmpl, crypto.Signer(key)
-	if parent.cert != nil {
-		signer, signerKey = parent.cert, parent.key
+	if parent != nil {
+		signer, signerKey = parent.Cert, parent.Key
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, key.Public(), signerKey)
 	if err != nil {
-		return issuer{}, fmt.Errorf("signing: %w", err)
+		return nil, fmt.Errorf("signing: %w", err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return issuer{}, fmt.Errorf("parsing what was signed: %w", err)
+		return nil, fmt.Errorf("parsing what was signed: %w", err)
 	}
-	return issuer{cert: cert, key: key}, nil
+	return &Issuer{Cert: cert, Key: key}, nil
 }
 
-func encodeCerts(certs ...*x509.Certificate) []byte {
-	var out []byte
-	for _, c := range certs {
-		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+// newSerial is a random 127-bit serial number, as RFC 5280 4.1.2.2 asks
+// (positive, unpredictable, at most 20 octets).
+func newSerial() (*big.Int, error) {
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, fmt.Errorf("generating serial: %w", err)
 	}
-	return out
+	return serial, nil
 }

@@ -1,4 +1,4 @@
-package ca
+package meshca
 
 import (
 	"crypto/ecdsa"

@@ -21,53 +21,53 @@ func (e invalid) Error() string { return e.reason }
 
 func invalidf(format string, args ...any) error { return invalid{fmt.Sprintf(format, args...)} }
 
-func (a *Authority) loadRoot() (issuer, error) {
+func (a *Authority) loadRoot() (*Issuer, error) {
 	certPEM, keyPEM, err := read2(filepath.Join(a.dir, RootCertFile), filepath.Join(a.dir, RootKeyFile))
 	if err != nil {
-		return issuer{}, err
+		return nil, err
 	}
 	root, err := parseIssuer(certPEM, keyPEM, RootCertFile, RootKeyFile)
 	if err != nil {
-		return issuer{}, err
+		return nil, err
 	}
-	if err := root.cert.CheckSignatureFrom(root.cert); err != nil {
-		return issuer{}, invalidf("%s is not a self-signed CA: %v", RootCertFile, err)
+	if err := root.Cert.CheckSignatureFrom(root.Cert); err != nil {
+		return nil, invalidf("%s is not a self-signed CA: %v", RootCertFile, err)
 	}
-	if err := a.checkTime(root.cert, RootCertFile); err != nil {
-		return issuer{}, err
+	if err := a.checkTime(root.Cert, RootCertFile); err != nil {
+		return nil, err
 	}
 	return root, nil
 }
 
-func (a *Authority) loadIntermediate(dir string, root issuer) (issuer, error) {
+func (a *Authority) loadIntermediate(dir string, root *Issuer) (*Issuer, error) {
 	certPEM, keyPEM, err := read2(filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile))
 	if err != nil {
-		return issuer{}, err
+		return nil, err
 	}
 	rootPEM, chainPEM, err := read2(filepath.Join(dir, RootCertFile), filepath.Join(dir, CertChainFile))
 	if err != nil {
-		return issuer{}, err
+		return nil, err
 	}
 	inter, err := parseIssuer(certPEM, keyPEM, CACertFile, CAKeyFile)
 	if err != nil {
-		return issuer{}, err
+		return nil, err
 	}
-	if inter.cert.MaxPathLen != 0 || !inter.cert.MaxPathLenZero {
-		return issuer{}, invalidf("%s may sign other CAs (MaxPathLen is not 0)", CACertFile)
+	if inter.Cert.MaxPathLen != 0 || !inter.Cert.MaxPathLenZero {
+		return nil, invalidf("%s may sign other CAs (MaxPathLen is not 0)", CACertFile)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(root.cert)
-	if _, err := inter.cert.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: a.now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-		return issuer{}, invalidf("%s does not chain to the root: %v", CACertFile, err)
+	pool.AddCert(root.Cert)
+	if _, err := inter.Cert.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: a.now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return nil, invalidf("%s does not chain to the root: %v", CACertFile, err)
 	}
-	if !bytes.Equal(rootPEM, encodeCerts(root.cert)) {
-		return issuer{}, invalidf("%s is not the environment's root", RootCertFile)
+	if !bytes.Equal(rootPEM, EncodeCertificates([]*x509.Certificate{root.Cert})) {
+		return nil, invalidf("%s is not the environment's root", RootCertFile)
 	}
-	if !bytes.Equal(chainPEM, encodeCerts(inter.cert, root.cert)) {
-		return issuer{}, invalidf("%s is not %s followed by the root", CertChainFile, CACertFile)
+	if !bytes.Equal(chainPEM, EncodeCertificates([]*x509.Certificate{inter.Cert, root.Cert})) {
+		return nil, invalidf("%s is not %s followed by the root", CertChainFile, CACertFile)
 	}
-	if err := a.checkTime(inter.cert, CACertFile); err != nil {
-		return issuer{}, err
+	if err := a.checkTime(inter.Cert, CACertFile); err != nil {
+		return nil, err
 	}
 	return inter, nil
 }
@@ -90,33 +90,35 @@ func (a *Authority) checkTime(c *x509.Certificate, name string) error {
 
 // parseIssuer parses a CA certificate and its key and checks they belong
 // together.
-func parseIssuer(certPEM, keyPEM []byte, certName, keyName string) (issuer, error) {
+func parseIssuer(certPEM, keyPEM []byte, certName, keyName string) (*Issuer, error) {
 	b, _ := pem.Decode(certPEM)
 	if b == nil || b.Type != "CERTIFICATE" {
-		return issuer{}, invalidf("%s holds no PEM certificate", certName)
+		return nil, invalidf("%s holds no PEM certificate", certName)
 	}
 	cert, err := x509.ParseCertificate(b.Bytes)
 	if err != nil {
-		return issuer{}, invalidf("%s: %v", certName, err)
+		return nil, invalidf("%s: %v", certName, err)
 	}
 	if !cert.IsCA || !cert.BasicConstraintsValid || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
-		return issuer{}, invalidf("%s is not a CA certificate", certName)
+		return nil, invalidf("%s is not a CA certificate", certName)
 	}
 	kb, _ := pem.Decode(keyPEM)
 	if kb == nil {
-		return issuer{}, invalidf("%s holds no PEM key", keyName)
+		return nil, invalidf("%s holds no PEM key", keyName)
 	}
 	key, err := parseKey(kb.Bytes)
 	if err != nil {
-		return issuer{}, invalidf("%s: %v", keyName, err)
+		return nil, invalidf("%s: %v", keyName, err)
 	}
 	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
 	if !ok || !pub.Equal(cert.PublicKey) {
-		return issuer{}, invalidf("%s does not match %s", keyName, certName)
+		return nil, invalidf("%s does not match %s", keyName, certName)
 	}
-	return issuer{cert: cert, key: key}, nil
+	return &Issuer{Cert: cert, Key: key}, nil
 }
 
+// parseKey reads a private key in any of the encodings cacerts files come
+// in: PKCS#8 (what meshctl writes), SEC 1 EC or PKCS#1 RSA (plugged-in CAs).
 func parseKey(der []byte) (crypto.Signer, error) {
 	if k, err := x509.ParsePKCS8PrivateKey(der); err == nil {
 		if s, ok := k.(crypto.Signer); ok {
@@ -124,9 +126,12 @@ func parseKey(der []byte) (crypto.Signer, error) {
 		}
 		return nil, errors.New("PKCS#8 key is not a signing key")
 	}
-	k, err := x509.ParseECPrivateKey(der)
+	if k, err := x509.ParseECPrivateKey(der); err == nil {
+		return k, nil
+	}
+	k, err := x509.ParsePKCS1PrivateKey(der)
 	if err != nil {
-		return nil, fmt.Errorf("not a PKCS#8 or EC private key: %w", err)
+		return nil, fmt.Errorf("not a PKCS#8, EC or PKCS#1 private key: %w", err)
 	}
 	return k, nil
 }

@@ -17,4 +17,14 @@
 // Keys are ECDSA P-256. Files are reused on a re-run while they parse, match
 // their keys, chain to the root and have more than a third of their lifetime
 // left; anything else is renewed and the result says why.
+//
+// In the cluster, the same package signs: the signer loads the cluster's
+// intermediate from the mounted cacerts Secret (LoadCA, or FromPEM) and
+// issues workload certificates with it (CA.Sign, CA.SignCSR). Workload
+// certificates are ECDSA P-256 with the SPIFFE URI as the only SAN and an
+// empty subject, which makes the SAN extension critical (RFC 5280 4.2.1.6):
+// what Istio and ztunnel issue and expect. NewTest makes a throwaway root
+// and intermediate for tests and benchmarks, and NewIssuer is the one way
+// meshctl makes a CA certificate (the root, the intermediates, the test
+// hierarchy, pkg/testenv's API server CA).
 package meshca

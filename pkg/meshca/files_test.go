@@ -2,10 +2,13 @@ package meshca
 
 import (
 	"bytes"
+	"crypto/x509"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // nobody is the uid another user's files get: meshctl must not trust them.
@@ -231,5 +234,68 @@ func TestEnsureRefusesAnOpenParent(t *testing.T) {
 	_, err := New(filepath.Join(parent, "ca")).Ensure(clusters...)
 	if err == nil || !strings.Contains(err.Error(), "is writable by others (mode -rwxrwxrwx)") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// TestLoadCAReadsAMountedSecret loads what Ensure wrote as the signer sees
+// it: the cluster's cacerts Secret mounted as a volume, where every file is
+// a link into the kubelet's ..data directory. The leaf it issues chains to
+// the environment's root.
+func TestLoadCAReadsAMountedSecret(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	res, err := New(filepath.Join(dir, "ca")).Ensure("cluster1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mount := filepath.Join(dir, "mount")
+	data := filepath.Join(mount, "..2026_01_01_00_00_00.000000001")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, path := range res.Clusters[0].Files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(data, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(mount, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Base(data), filepath.Join(mount, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadCA(mount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := url.Parse("spiffe://cluster.local/ns/default/sa/app")
+	leaf, err := c.Issue(id, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootPEM, err := os.ReadFile(res.Root.Files[RootCertFile])
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(rootPEM)
+	inters := x509.NewCertPool()
+	for _, der := range leaf.Certificate[1:] {
+		ic, _ := x509.ParseCertificate(der)
+		inters.AddCert(ic)
+	}
+	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inters, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("the leaf does not chain to the environment's root: %v", err)
+	}
+
+	if err := os.Remove(filepath.Join(mount, CertChainFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCA(mount); err == nil || !strings.Contains(err.Error(), "reading cacerts") || !strings.Contains(err.Error(), CertChainFile) {
+		t.Errorf("LoadCA without %s: %v", CertChainFile, err)
 	}
 }

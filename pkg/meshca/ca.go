@@ -1,4 +1,4 @@
-package ca
+package meshca
 
 import (
 	"crypto"
@@ -11,7 +11,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net/url"
 	"time"
 )
@@ -71,74 +70,29 @@ next:
 	return out
 }
 
-func parseKey(der []byte) (crypto.Signer, error) {
-	if k, err := x509.ParsePKCS8PrivateKey(der); err == nil {
-		if s, ok := k.(crypto.Signer); ok {
-			return s, nil
-		}
-		return nil, errors.New("PKCS#8 key is not a signer")
-	}
-	if k, err := x509.ParseECPrivateKey(der); err == nil {
-		return k, nil
-	}
-	k, err := x509.ParsePKCS1PrivateKey(der)
-	if err != nil {
-		return nil, fmt.Errorf("parse private key: %w", err)
-	}
-	return k, nil
-}
-
 // NewTest creates a fresh root and cluster intermediate, valid for a day from
 // now. It exists for tests and benchmarks; a real mesh uses FromPEM.
 func NewTest(name string) (*CA, error) {
 	now := time.Now()
-	rootKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	root, err := NewIssuer(&x509.Certificate{
+		Subject:   pkix.Name{Organization: []string{"meshctl"}, CommonName: name + " root"},
+		NotBefore: now.Add(-time.Hour),
+		NotAfter:  now.Add(24 * time.Hour),
+		KeyUsage:  x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}, nil)
 	if err != nil {
-		return nil, fmt.Errorf("root key: %w", err)
+		return nil, fmt.Errorf("root: %w", err)
 	}
-	root, err := selfSign(&x509.Certificate{
-		Subject:               pkix.Name{Organization: []string{"meshctl"}, CommonName: name + " root"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}, rootKey, nil, rootKey)
+	inter, err := NewIssuer(&x509.Certificate{
+		Subject:   pkix.Name{Organization: []string{"meshctl"}, CommonName: name + " intermediate"},
+		NotBefore: now.Add(-time.Hour),
+		NotAfter:  now.Add(24 * time.Hour),
+		KeyUsage:  x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}, root)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("intermediate: %w", err)
 	}
-	interKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("intermediate key: %w", err)
-	}
-	inter, err := selfSign(&x509.Certificate{
-		Subject:               pkix.Name{Organization: []string{"meshctl"}, CommonName: name + " intermediate"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}, interKey, root, rootKey)
-	if err != nil {
-		return nil, err
-	}
-	return &CA{cert: inter, key: interKey, chain: []*x509.Certificate{inter}, roots: []*x509.Certificate{root}}, nil
-}
-
-func selfSign(tmpl *x509.Certificate, key *ecdsa.PrivateKey, parent *x509.Certificate, parentKey crypto.Signer) (*x509.Certificate, error) {
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, fmt.Errorf("serial: %w", err)
-	}
-	tmpl.SerialNumber = serial
-	if parent == nil {
-		parent = tmpl
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, key.Public(), parentKey)
-	if err != nil {
-		return nil, fmt.Errorf("create certificate: %w", err)
-	}
-	return x509.ParseCertificate(der)
+	return &CA{cert: inter.Cert, key: inter.Key, chain: []*x509.Certificate{inter.Cert}, roots: []*x509.Certificate{root.Cert}}, nil
 }
 
 // Roots returns the mesh root certificates.
@@ -164,9 +118,9 @@ func (c *CA) Sign(pub crypto.PublicKey, uri *url.URL, notBefore, notAfter time.T
 	if notAfter.After(c.cert.NotAfter) {
 		notAfter = c.cert.NotAfter
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	serial, err := newSerial()
 	if err != nil {
-		return nil, fmt.Errorf("serial: %w", err)
+		return nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
