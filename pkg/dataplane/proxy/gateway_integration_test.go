@@ -184,6 +184,18 @@ func registryValue(t *testing.T, reg *prometheus.Registry, name string, want map
 	return labelledValue(t, &Proxy{reg: reg}, name, want)
 }
 
+// settled reads a counter until it is want, for a few seconds at most, and
+// returns the last value: a tunnel is counted when it ends, which can be
+// just after the client read its answer.
+func settled(want float64, read func() float64) float64 {
+	n := read()
+	for i := 0; i < 50 && n != want; i++ {
+		time.Sleep(100 * time.Millisecond)
+		n = read()
+	}
+	return n
+}
+
 // TestIntegrationOtherNetworkThroughGateway: pod A calls a Service whose
 // only endpoint is pod B, on the other network. Proxy A sends it, double
 // HBONE, to net2's gateway, which forwards the inner tunnel to proxy B;
@@ -201,7 +213,9 @@ func TestIntegrationOtherNetworkThroughGateway(t *testing.T) {
 	if got, err := e.try(testVIP + ":80"); err != nil || got != gatewayLB+"\nvia the model" {
 		t.Fatalf("pod a → VIP %s:80 (endpoint on net2): %q, %v", testVIP, got, err)
 	}
-	if n := labelledValue(t, e.proxyA, "meshctl_proxy_outbound_network_gateway_total", map[string]string{"network": "net2", "result": "ok"}); n != 1 {
+	if n := settled(1, func() float64 {
+		return labelledValue(t, e.proxyA, "meshctl_proxy_outbound_network_gateway_total", map[string]string{"network": "net2", "result": "ok"})
+	}); n != 1 {
 		t.Errorf("proxy A connections through net2's gateway = %v, want 1", n)
 	}
 	if n := registryValue(t, e.gateway.Registry(), "meshctl_gateway_tunnels_total", map[string]string{"result": "forwarded"}); n != 1 {
@@ -250,7 +264,9 @@ func TestIntegrationOtherNetworkSecureNaming(t *testing.T) {
 	if n := labelledValue(t, e.proxyA, "meshctl_hbone_handshake_failures_total", map[string]string{"reason": "peer_identity"}); n != 1 {
 		t.Errorf("secure-naming refusals = %v, want 1", n)
 	}
-	if n := labelledValue(t, e.proxyA, "meshctl_proxy_outbound_network_gateway_total", map[string]string{"network": "net2", "result": "error"}); n != 1 {
+	if n := settled(1, func() float64 {
+		return labelledValue(t, e.proxyA, "meshctl_proxy_outbound_network_gateway_total", map[string]string{"network": "net2", "result": "error"})
+	}); n != 1 {
 		t.Errorf("failed connections through the gateway = %v, want 1", n)
 	}
 	if n := metricValue(t, e.proxyB, "meshctl_hbone_connections_opened_total", "inbound"); n != 0 {
