@@ -191,12 +191,13 @@ func TestRunWrapsConfIntoConflist(t *testing.T) {
 		mustWrite(t, conf, `{"cniVersion":"1.0.0","name":"br","type":"bridge"}`, 0o600)
 	})
 	list := filepath.Join(e.conf, "10-bridge.conflist")
-	testutil.Eventually(t, "conf wrapped", func() bool { return chained(list) })
+	// The conflist is written first, then the .conf removed: wait for both.
+	testutil.Eventually(t, "conf wrapped and removed (it would win over ours)", func() bool {
+		_, err := os.Stat(conf)
+		return chained(list) && os.IsNotExist(err)
+	})
 	if got := pluginTypes(list); strings.Join(got, ",") != "bridge,meshctl-cni" {
 		t.Errorf("plugins = %v", got)
-	}
-	if _, err := os.Stat(conf); !os.IsNotExist(err) {
-		t.Errorf("original .conf still there (it would win over ours): %v", err)
 	}
 	if st, _ := os.Stat(list); st.Mode().Perm() != 0o600 {
 		t.Errorf("mode = %v, want the .conf's 0600", st.Mode().Perm())
