@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/meshctl/meshctl/pkg/connect/check"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/meshtest"
 )
@@ -135,6 +137,33 @@ spec:
 		Eventually(client).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).ShouldNot(meshtest.Reach(target))
 		Expect(dc.Resource(authorizationPolicies).Namespace(ns).Delete(ctx, "deny-client", metav1.DeleteOptions{})).To(Succeed())
 		Eventually(client).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(target))
+	})
+
+	It("passes meshctl check connectivity --meshed, every cross-network pair tested over HBONE through the other network's gateway", func(ctx SpecContext) {
+		out, errOut, err := meshctlResult("check", "connectivity", "--env", mesh.Name(), "--meshed", "--image", suite.testImage, "--timeout", "5m", "-o", "json")
+		Expect(err).NotTo(HaveOccurred(), "check connectivity --meshed failed:\n%s\n%s", out, errOut)
+		var res check.Result
+		Expect(json.Unmarshal([]byte(out), &res)).To(Succeed(), out+errOut)
+		Expect(res.OK).To(BeTrue(), "%+v", res.Probes)
+		Expect(res.Meshed).To(BeTrue())
+		var cross []string
+		for _, p := range res.Probes {
+			Expect(p.Status).To(Equal(check.StatusOK), "%+v", p)
+			Expect(p.Mesh).NotTo(BeNil(), "%+v", p)
+			Expect(p.Mesh.HBONE).To(BeTrue(), "%+v", p)
+			Expect(p.Mesh.ServerIdentity).To(HaveSuffix("/ns/"+check.DefaultNamespace+"/sa/"+check.ServerServiceAccount), "%+v", p)
+			Expect(p.Mesh.ClientIdentity).To(HaveSuffix("/ns/"+check.DefaultNamespace+"/sa/"+check.ClientServiceAccount), "%+v", p)
+			if p.From == p.To {
+				continue
+			}
+			// The two clusters are on two networks: no pair is left
+			// untested, each goes by the client's VIP through a gateway.
+			Expect(p.Path).To(Equal(check.PathGateway), "%+v", p)
+			Expect(p.Address).NotTo(BeEmpty(), "%+v", p)
+			Expect(p.Mesh.Gateway).To(HaveSuffix(":"+strconv.Itoa(gateway.PortHBONE)), "%+v", p)
+			cross = append(cross, p.From+"→"+p.To)
+		}
+		Expect(cross).To(ContainElements("cluster1→cluster2", "cluster2→cluster1"))
 	})
 
 	It("refuses, and counts, a call to the other network while its gateway has no ready pod", func(ctx SpecContext) {

@@ -39,7 +39,7 @@ func newCheckConnectivityCommand(g *globals) *cobra.Command {
 then a client pod in every cluster that connects to the server of every
 cluster on its network, its own included, by each pod IP and each service IP
 (IPv4 and IPv6). Clusters on other networks are reached through east-west
-gateways: they are listed as "via gateway", not tested.
+gateways: they are listed as "via gateway", not tested (but see --meshed).
 
 Everything runs in the namespace meshctl-check, deleted afterwards (and
 before, if an interrupted run left it). The exit code is 1 when any probe
@@ -52,7 +52,12 @@ endpoint only there), and every probe is judged by what the node proxies
 recorded (their /debug/connections, read through the API server): the
 client's node proxy must have tunnelled it over HBONE and the server's node
 proxy received it over HBONE. The output shows the identity each side saw;
-a call that went in plaintext, or bypassed the proxies, fails.`,
+a call that went in plaintext, or bypassed the proxies, fails. A server on
+another network is tested too (path "gateway"), by the client's own
+cluster's VIP of its Service: the client's node proxy must have sent it
+through that network's east-west gateway (double HBONE; the HBONE column
+names the gateway), and the server's node proxy received it from the
+gateway with the client's identity. One that went through no gateway fails.`,
 		Example: `  meshctl check connectivity
   meshctl check connectivity --env ci -o json
   meshctl check connectivity --meshed`,
@@ -86,7 +91,7 @@ a call that went in plaintext, or bypassed the proxies, fails.`,
 	f := flags{cmd.Flags()}
 	f.imageVar(&o.Image, "image", check.DefaultImage, "image of the server and client pods (needs busybox sh and nc; pulled only if not on the node)")
 	f.durationVar(&o.Timeout, "timeout", check.DefaultTimeout, "how long to wait for pods to start and probes to finish")
-	f.boolVar(&o.Meshed, "meshed", false, "probe from an ambient namespace and require every call to go over HBONE, showing the peer identities the node proxies saw")
+	f.boolVar(&o.Meshed, "meshed", false, "probe from an ambient namespace and require every call, other networks' through their east-west gateway, to go over HBONE, showing the peer identities the node proxies saw")
 	addOutputFlag(f, &o.Output)
 	return cmd
 }
@@ -110,8 +115,8 @@ func printCheck(w io.Writer, r *check.Result) error {
 	return t.flush()
 }
 
-// printMeshedCheck adds what the node proxies saw: HBONE or not, and the
-// peer identity on each side.
+// printMeshedCheck adds what the node proxies saw: HBONE or not (and
+// through which east-west gateway), and the peer identity on each side.
 func printMeshedCheck(w io.Writer, r *check.Result) error {
 	t := newTable(w, "FROM", "TO", "PATH", "ADDRESS", "HBONE", "CLIENT SAW", "SERVER SAW", "RESULT")
 	dash := func(s string) string {
@@ -130,6 +135,9 @@ func printMeshedCheck(w io.Writer, r *check.Result) error {
 			hbone = "no"
 			if m.HBONE {
 				hbone = "yes"
+			}
+			if m.Gateway != "" {
+				hbone += " via " + m.Gateway
 			}
 			clientSaw, serverSaw = dash(m.ServerIdentity), dash(m.ClientIdentity)
 		}

@@ -117,13 +117,16 @@ type Result struct {
 type Probe struct {
 	From    string `json:"from"`
 	To      string `json:"to"`
-	Path    string `json:"path"`              // pod, service or gateway
+	Path    string `json:"path"`              // pod, service or gateway (another network's server's Service, meshed)
 	Address string `json:"address,omitempty"` // the IP connected to
-	Status  string `json:"status"`            // ok, failed or via gateway
+	Status  string `json:"status"`            // ok, failed or via gateway (not tested)
 	Error   string `json:"error,omitempty"`
 	// Mesh is what the node proxies saw (meshed mode only).
 	Mesh *Mesh `json:"mesh,omitempty"`
 }
+
+// untested is a gateway entry of the non-meshed check: listed, not probed.
+func untested(p *Probe) bool { return p.Status == StatusViaGateway }
 
 // Failed returns the probes that failed.
 func (r *Result) Failed() []Probe {
@@ -224,12 +227,20 @@ func (c *Checker) Check(ctx context.Context, env string) (*Result, error) {
 }
 
 // plan lists the probes from r's client pod: every address of every server
-// on its network, and a gateway entry for each cluster on another network.
+// on its network, and for each cluster on another network an untested
+// gateway entry or, meshed, a probe of r's own VIP of that cluster's
+// server's Service (the node proxy takes it through the gateway).
 func (c *Checker) plan(r *run, runs []*run) []Probe {
 	var out []Probe
 	for _, to := range runs {
 		if to.plan.Network != r.plan.Network {
-			out = append(out, Probe{From: r.plan.Name, To: to.plan.Name, Path: PathGateway, Status: StatusViaGateway})
+			if !c.meshed {
+				out = append(out, Probe{From: r.plan.Name, To: to.plan.Name, Path: PathGateway, Status: StatusViaGateway})
+				continue
+			}
+			for _, ip := range r.svcByTo[to.plan.Name] {
+				out = append(out, Probe{From: r.plan.Name, To: to.plan.Name, Path: PathGateway, Address: ip})
+			}
 			continue
 		}
 		for _, ip := range to.podIPs {

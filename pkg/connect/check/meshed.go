@@ -23,7 +23,10 @@ import (
 // that cluster, so a client's own cluster's VIP of server-c2 must reach
 // c2), and each probe is judged by what the node proxies saw: the client's
 // outbound and the server's inbound must both be HBONE, each naming the
-// other's identity.
+// other's identity. A server on another network is reached the same way,
+// by the client's own cluster's VIP of its Service: the client's proxy
+// must have sent it through an east-west gateway (double HBONE), and the
+// server's proxy received it from one of its network's gateway pods.
 const (
 	// DataplaneModeLabel puts a namespace in the ambient mesh.
 	DataplaneModeLabel = "istio.io/dataplane-mode"
@@ -37,6 +40,9 @@ const (
 	proxyAdminPort = 15000
 	connectionsAPI = "/debug/connections"
 	clusterLabel   = "meshctl.io/check-cluster"
+	// gatewaySelector finds the east-west gateway's pods (the chart's
+	// gateway Deployment, which istio-system/istio-eastwestgateway selects).
+	gatewaySelector = "app=istio-eastwestgateway"
 )
 
 // Mesh is what the node proxies saw of one probe (meshed mode only).
@@ -49,6 +55,9 @@ type Mesh struct {
 	// one the server's proxy saw on the client's certificate.
 	ServerIdentity string `json:"serverIdentity,omitempty"`
 	ClientIdentity string `json:"clientIdentity,omitempty"`
+	// Gateway is the east-west gateway (ip:port) the client's proxy sent
+	// the tunnel to, for a server on another network.
+	Gateway string `json:"gateway,omitempty"`
 }
 
 // WithMeshed runs the check in an ambient namespace and judges every probe
@@ -64,13 +73,17 @@ type connRecord struct {
 	Pod       string         `json:"pod"`
 	Src       netip.AddrPort `json:"src"`
 	Dst       netip.AddrPort `json:"dst"`
+	Gateway   netip.AddrPort `json:"gateway"`
 	Peer      string         `json:"peer"`
 	Error     string         `json:"error"`
 }
 
-// connReader reads the recent connections of the node proxy on a node.
+// connReader reads the recent connections of the node proxy on a node, and
+// the addresses of a cluster's east-west gateway pods (where tunnels from
+// other networks arrive from).
 type connReader interface {
 	connections(ctx context.Context, r *run, node string) ([]connRecord, error)
+	gateways(ctx context.Context, r *run) ([]netip.Addr, error)
 }
 
 // endpoint is a check pod as a judge needs it.
@@ -83,9 +96,18 @@ type endpoint struct {
 // judge fills in p.Mesh from the client's and the server's node proxies'
 // logs and fails p when the call was not HBONE both ways, or an identity is
 // not the check's. A probe that already failed stays failed.
-func judge(p *Probe, ns string, client, server endpoint, clientLog, serverLog []connRecord) {
+//
+// A PathGateway probe (a server on another network) must also have gone
+// through an east-west gateway on the client's side, and arrives at the
+// server's proxy from one of gateways (the server's network's gateway
+// pods), not from the client: the inner tunnel is the client's, so the
+// identity is still the client's. Every client on another network comes
+// through the same gateways with the same identity, so the server's side
+// of such a probe is any of their tunnels.
+func judge(p *Probe, ns string, client, server endpoint, clientLog, serverLog []connRecord, gateways []netip.Addr) {
 	m := &Mesh{}
 	p.Mesh = m
+	viaGateway := p.Path == PathGateway
 	var why []string
 	dst, err := netip.ParseAddr(p.Address)
 	if err != nil {
@@ -114,14 +136,32 @@ func judge(p *Probe, ns string, client, server endpoint, clientLog, serverLog []
 		why = append(why, fmt.Sprintf("the client's tunnel failed: %s", out.Error))
 	default:
 		m.ServerIdentity = out.Peer
-		if out.Peer != "" && !strings.HasSuffix(out.Peer, "/ns/"+ns+"/sa/"+ServerServiceAccount) {
-			why = append(why, fmt.Sprintf("the client's proxy required identity %s, not the server's", out.Peer))
+		if out.Gateway.IsValid() {
+			m.Gateway = out.Gateway.String()
+		}
+		if viaGateway && !out.Gateway.IsValid() {
+			why = append(why, fmt.Sprintf("the client's node proxy (node %s) tunnelled it through no east-west gateway, to a server on another network", client.node))
+		}
+		// Through a gateway the proxy names every identity the
+		// service's endpoints may prove: each must be the server's.
+		for _, id := range strings.Split(out.Peer, ",") {
+			if id != "" && !strings.HasSuffix(id, "/ns/"+ns+"/sa/"+ServerServiceAccount) {
+				why = append(why, fmt.Sprintf("the client's proxy required identity %s, not the server's", out.Peer))
+				break
+			}
+		}
+	}
+	from, fromWhat := client.ips, "the client"
+	if viaGateway {
+		from, fromWhat = gateways, "the client through its east-west gateway"
+		if len(gateways) == 0 {
+			fromWhat += " (no gateway pod found in istio-system with " + gatewaySelector + ")"
 		}
 	}
 	var in *connRecord
 	for i := range serverLog {
 		r := &serverLog[i]
-		if r.Pod != server.pod || r.Dst.Port() != Port || !strings.HasPrefix(r.Direction, "inbound") || !slices.Contains(client.ips, r.Src.Addr().Unmap()) {
+		if r.Pod != server.pod || r.Dst.Port() != Port || !strings.HasPrefix(r.Direction, "inbound") || !slices.Contains(from, r.Src.Addr().Unmap()) {
 			continue
 		}
 		if !r.HBONE {
@@ -134,7 +174,7 @@ func judge(p *Probe, ns string, client, server endpoint, clientLog, serverLog []
 	}
 	switch {
 	case in == nil:
-		why = append(why, fmt.Sprintf("the server's node proxy (node %s) saw no connection from the client", server.node))
+		why = append(why, fmt.Sprintf("the server's node proxy (node %s) saw no connection from %s", server.node, fromWhat))
 	case !in.HBONE:
 		why = append(why, fmt.Sprintf("went in plaintext: %s on the server's node proxy (node %s)", in.Direction, server.node))
 	case in.Error != "":
@@ -178,11 +218,30 @@ func (c *Checker) judgeAll(ctx context.Context, runs []*run, probes []Probe) err
 		logs[k] = l
 		return l, nil
 	}
+	gws := map[string][]netip.Addr{}
+	gateways := func(r *run) ([]netip.Addr, error) {
+		if g, ok := gws[r.plan.Name]; ok {
+			return g, nil
+		}
+		g, err := c.reader.gateways(ctx, r)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: east-west gateway: %w", r.plan.Name, err)
+		}
+		gws[r.plan.Name] = g
+		return g, nil
+	}
 	for i := range probes {
 		p := &probes[i]
 		from, to := byName[p.From], byName[p.To]
-		if from == nil || to == nil || p.Path == PathGateway || p.Path == PathAPI {
+		if from == nil || to == nil || untested(p) || p.Path == PathAPI {
 			continue
+		}
+		var gw []netip.Addr
+		if p.Path == PathGateway {
+			var err error
+			if gw, err = gateways(to); err != nil {
+				return err
+			}
 		}
 		clientLog, err := read(from, from.clientPod.node)
 		if err != nil {
@@ -192,7 +251,7 @@ func (c *Checker) judgeAll(ctx context.Context, runs []*run, probes []Probe) err
 		if err != nil {
 			return err
 		}
-		judge(p, c.namespace, from.clientPod, to.server, clientLog, serverLog)
+		judge(p, c.namespace, from.clientPod, to.server, clientLog, serverLog, gw)
 	}
 	return nil
 }
@@ -230,6 +289,23 @@ func (portForwardReader) connections(ctx context.Context, r *run, node string) (
 		return nil, fmt.Errorf("%s/%s %s: %w", proxyNamespace, pod, connectionsAPI, err)
 	}
 	return v.Connections, nil
+}
+
+// gateways lists the addresses of the cluster's east-west gateway pods.
+func (portForwardReader) gateways(ctx context.Context, r *run) ([]netip.Addr, error) {
+	pods, err := r.client.CoreV1().Pods(proxyNamespace).List(ctx, metav1.ListOptions{LabelSelector: gatewaySelector})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods %s in %s: %w", gatewaySelector, proxyNamespace, err)
+	}
+	var ips []netip.Addr
+	for _, p := range pods.Items {
+		for _, ip := range p.Status.PodIPs {
+			if a, err := netip.ParseAddr(ip.IP); err == nil {
+				ips = append(ips, a)
+			}
+		}
+	}
+	return ips, nil
 }
 
 // portForwardGet forwards a local port to the pod's port and GETs path.

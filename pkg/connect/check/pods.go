@@ -251,7 +251,7 @@ const connectTimeout = 3
 
 // script is the client's shell script: every probe in the background, each
 // retried, each printing one "RESULT <index> ok" or "RESULT <index> fail
-// <what nc said>" line. Gateway probes are left out.
+// <what nc said>" line. Untested gateway entries are left out.
 func script(probes []Probe, attempts int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `probe() {
@@ -265,7 +265,7 @@ func script(probes []Probe, attempts int) string {
 }
 `, attempts, ProbeCommand(`"$2"`, Port, connectTimeout, ""), answer)
 	for i, p := range probes {
-		if p.Path == PathGateway {
+		if untested(&p) {
 			continue
 		}
 		fmt.Fprintf(&b, "probe %d %s %s &\n", i, p.Address, p.To)
@@ -284,7 +284,7 @@ func parse(out string, probes []Probe, attempts int) {
 			continue
 		}
 		i, err := strconv.Atoi(f[1])
-		if err != nil || i < 0 || i >= len(probes) || probes[i].Path == PathGateway {
+		if err != nil || i < 0 || i >= len(probes) || untested(&probes[i]) {
 			continue
 		}
 		seen[i] = true
@@ -300,7 +300,7 @@ func parse(out string, probes []Probe, attempts int) {
 		probes[i].Error = fmt.Sprintf("%s:%d: %s (after %d attempts)", probes[i].Address, Port, msg, attempts)
 	}
 	for i := range probes {
-		if probes[i].Path != PathGateway && !seen[i] {
+		if !untested(&probes[i]) && !seen[i] {
 			probes[i].Status = StatusFailed
 			probes[i].Error = "the client pod reported nothing for this probe"
 		}

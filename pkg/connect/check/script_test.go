@@ -21,6 +21,7 @@ fd00::1) echo "meshctl-check-server c2" ;;
 10.0.0.3) echo "meshctl-check-server c9" ;;
 10.0.0.4)
   if [ -f "$STATE/seen" ]; then echo "meshctl-check-server c1"; else touch "$STATE/seen"; exit 1; fi ;;
+10.0.0.5) echo "meshctl-check-server c4" ;;
 *) exit 1 ;;
 esac
 `
@@ -43,6 +44,8 @@ func TestScript(t *testing.T) {
 		{From: "c1", To: "c3", Path: PathGateway, Status: StatusViaGateway},
 		{From: "c1", To: "c1", Path: PathService, Address: "10.0.0.3"},
 		{From: "c1", To: "c1", Path: PathService, Address: "10.0.0.4"},
+		// Meshed: another network's server by the client's own VIP.
+		{From: "c1", To: "c4", Path: PathGateway, Address: "10.0.0.5"},
 	}
 	cmd := exec.Command(sh, "-c", script(probes, 2))
 	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"), "STATE="+dir)
@@ -58,14 +61,15 @@ func TestScript(t *testing.T) {
 		{StatusViaGateway, ""},
 		{StatusFailed, "10.0.0.3:8080: meshctl-check-server c9 (after 2 attempts)"},
 		{StatusOK, ""},
+		{StatusOK, ""},
 	}
 	for i, w := range want {
 		if probes[i].Status != w.status || probes[i].Error != w.err {
 			t.Errorf("probe %d (%s): %s %q, want %s %q", i, probes[i].Address, probes[i].Status, probes[i].Error, w.status, w.err)
 		}
 	}
-	if strings.Count(string(out), "RESULT") != 5 {
-		t.Errorf("want 5 results (no gateway probe is run):\n%s", out)
+	if strings.Count(string(out), "RESULT") != 6 {
+		t.Errorf("want 6 results (the untested gateway entry is not run):\n%s", out)
 	}
 }
 
