@@ -96,3 +96,48 @@ func TestIntegrationServerObjects(t *testing.T) {
 		t.Errorf("the check's namespace is still there after the check: %v", err)
 	}
 }
+
+// TestIntegrationGatewayPods: the server's side of a cross-network probe
+// is matched by the addresses of the east-west gateway's pods, found by
+// the chart's label in istio-system on a real API server; other pods
+// there (the node proxies) are not gateways.
+func TestIntegrationGatewayPods(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	cfg := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := kubernetes.NewForConfigOrDie(cfg)
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: proxyNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, labels := range map[string]map[string]string{
+		"istio-eastwestgateway-abc": {"app": "istio-eastwestgateway", "istio": "eastwestgateway"},
+		"meshctl-proxy-xyz":         {"app.kubernetes.io/name": "meshctl-proxy"},
+	} {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: proxyNamespace, Labels: labels},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+		}
+		created, err := client.CoreV1().Pods(proxyNamespace).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := "10.20.0.9"
+		if name == "istio-eastwestgateway-abc" {
+			ip = "10.20.0.42"
+		}
+		created.Status.PodIP, created.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+		if _, err := client.CoreV1().Pods(proxyNamespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := portForwardReader{}.gateways(ctx, &run{client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].String() != "10.20.0.42" {
+		t.Errorf("gateway pod addresses %v, want [10.20.0.42]", got)
+	}
+}

@@ -131,7 +131,7 @@ func TestJudgeGateway(t *testing.T) {
 	passthrough := hboneOut(serviceVIP)
 	passthrough.Direction, passthrough.HBONE, passthrough.Peer = "outbound_passthrough", false, ""
 	twoPeers := viaOut()
-	twoPeers.Peer = serverID + ",spiffe://cluster.local/ns/attacker/sa/attacker"
+	twoPeers.Peer = "spiffe://cluster.local/ns/attacker/sa/attacker," + serverID
 	plainIn := viaIn()
 	plainIn.Direction, plainIn.HBONE, plainIn.Peer = "inbound_plaintext", false, ""
 	denied := viaIn()
