@@ -175,7 +175,7 @@ spec:
 		refusedBefore := counterSum(ctx, proxy.cluster, proxy.pod, "meshctl_proxy_outbound_refused_total", `reason="no_network_gateway"`)
 
 		c2 := mesh.Cluster("cluster2")
-		scale := func(n int32) {
+		scale := func(ctx context.Context, n int32) { // the cleanup's own ctx: the spec's ends first
 			GinkgoHelper()
 			s, err := c2.Kube.AppsV1().Deployments(gateway.GatewayNamespace).GetScale(ctx, gateway.GatewayName, metav1.GetOptions{})
 			Expect(err).NotTo(HaveOccurred())
@@ -183,9 +183,9 @@ spec:
 			_, err = c2.Kube.AppsV1().Deployments(gateway.GatewayNamespace).UpdateScale(ctx, gateway.GatewayName, s, metav1.UpdateOptions{})
 			Expect(err).NotTo(HaveOccurred())
 		}
-		scale(0)
+		scale(ctx, 0)
 		DeferCleanup(func(ctx SpecContext) {
-			scale(1)
+			scale(ctx, 1)
 			Eventually(client).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(target))
 		})
 		Eventually(client).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).ShouldNot(meshtest.Reach(target))
