@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/rawgrpc"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
@@ -88,7 +89,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(TransportCredentials(cfg.ServerName, cfg.Roots)),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(codec{})),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawgrpc.Codec{})),
 		// grpc-go's reconnect backoff would otherwise grow to 120 s on its
 		// own, delaying recovery past the certs.Manager's next retry.
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -175,11 +176,11 @@ func (c *Client) Fetch(ctx context.Context, req certs.Request) ([]byte, []byte, 
 	ctx = metadata.AppendToOutgoingContext(ctx, md...)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	var resp frame
-	if err := c.conn.Invoke(ctx, Method, &frame{b: body}, &resp); err != nil {
+	var resp rawgrpc.Frame
+	if err := c.conn.Invoke(ctx, Method, &rawgrpc.Frame{B: body}, &resp); err != nil {
 		return nil, nil, signingError(err)
 	}
-	chain, err := unmarshalResponse(resp.b)
+	chain, err := unmarshalResponse(resp.B)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/rawgrpc"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
@@ -79,7 +80,7 @@ func (f *fakeIstiod) serve(t *testing.T, lis net.Listener, serving tls.Certifica
 	t.Helper()
 	srv := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serving}})),
-		grpc.ForceServerCodec(codec{}),
+		grpc.ForceServerCodec(rawgrpc.Codec{}),
 	)
 	srv.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "istio.v1.auth.IstioCertificateService",
@@ -87,11 +88,11 @@ func (f *fakeIstiod) serve(t *testing.T, lis net.Listener, serving tls.Certifica
 		Methods: []grpc.MethodDesc{{
 			MethodName: "CreateCertificate",
 			Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-				var in frame
+				var in rawgrpc.Frame
 				if err := dec(&in); err != nil {
 					return nil, err
 				}
-				req, err := unmarshalRequest(in.b)
+				req, err := unmarshalRequest(in.B)
 				if err != nil {
 					return nil, status.Error(codes.InvalidArgument, err.Error())
 				}
@@ -99,7 +100,7 @@ func (f *fakeIstiod) serve(t *testing.T, lis net.Listener, serving tls.Certifica
 				if err != nil {
 					return nil, err
 				}
-				return &frame{b: marshalResponse(chain)}, nil
+				return &rawgrpc.Frame{B: marshalResponse(chain)}, nil
 			},
 		}},
 	}, struct{}{})

@@ -127,30 +127,3 @@ func marshalResponse(chain []string) []byte {
 	}
 	return b
 }
-
-// frame carries an encoded message through grpc-go, whose default codec
-// wants generated proto.Message types.
-type frame struct{ b []byte }
-
-// codec passes frames through. Its name is "proto", so the call's
-// content-type is application/grpc+proto as with generated code.
-type codec struct{}
-
-func (codec) Name() string { return "proto" }
-
-func (codec) Marshal(v any) ([]byte, error) {
-	f, ok := v.(*frame)
-	if !ok {
-		return nil, fmt.Errorf("istioca codec: cannot marshal %T", v)
-	}
-	return f.b, nil
-}
-
-func (codec) Unmarshal(data []byte, v any) error {
-	f, ok := v.(*frame)
-	if !ok {
-		return fmt.Errorf("istioca codec: cannot unmarshal into %T", v)
-	}
-	f.b = append([]byte(nil), data...)
-	return nil
-}

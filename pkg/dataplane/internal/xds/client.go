@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs/istioca"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/rawgrpc"
 )
 
 // Backoff between connection attempts, as ztunnel's ADS client.
@@ -122,7 +123,7 @@ func NewClient(cfg Config, h Handler, synced func()) (*Client, error) {
 	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(istioca.TransportCredentials(cfg.ServerName, cfg.Roots)),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(codec{}), grpc.MaxCallRecvMsgSize(maxMessage)),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawgrpc.Codec{}), grpc.MaxCallRecvMsgSize(maxMessage)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 500 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.MaxBackoff},
 			MinConnectTimeout: 20 * time.Second,
@@ -223,14 +224,14 @@ func (c *Client) stream(ctx context.Context, pending map[string]bool) error {
 	}
 	c.cfg.Log.Info("XDS stream to istiod established", "address", c.cfg.Address)
 	for {
-		var f frame
+		var f rawgrpc.Frame
 		if err := s.RecvMsg(&f); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			return err
 		}
-		resp, err := unmarshalDeltaResponse(f.b)
+		resp, err := unmarshalDeltaResponse(f.B)
 		if err != nil {
 			return err
 		}
@@ -303,36 +304,9 @@ func (c *Client) send(s grpc.ClientStream, r *deltaRequest) error {
 	if err != nil {
 		return err
 	}
-	if err := s.SendMsg(&frame{b: b}); err != nil {
+	if err := s.SendMsg(&rawgrpc.Frame{B: b}); err != nil {
 		return fmt.Errorf("sending %s request: %w", r.TypeURL, err)
 	}
-	return nil
-}
-
-// frame carries an encoded message through grpc-go, whose default codec
-// wants generated proto.Message types.
-type frame struct{ b []byte }
-
-// codec passes frames through; named "proto" so the content-type is
-// application/grpc+proto as with generated code.
-type codec struct{}
-
-func (codec) Name() string { return "proto" }
-
-func (codec) Marshal(v any) ([]byte, error) {
-	f, ok := v.(*frame)
-	if !ok {
-		return nil, fmt.Errorf("xds codec: cannot marshal %T", v)
-	}
-	return f.b, nil
-}
-
-func (codec) Unmarshal(data []byte, v any) error {
-	f, ok := v.(*frame)
-	if !ok {
-		return fmt.Errorf("xds codec: cannot unmarshal into %T", v)
-	}
-	f.b = append([]byte(nil), data...)
 	return nil
 }
 

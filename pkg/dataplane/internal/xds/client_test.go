@@ -28,6 +28,7 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/rawgrpc"
 )
 
 const istiodName = "istiod.istio-system.svc"
@@ -46,11 +47,11 @@ type fakeStream struct {
 
 func (f *fakeStream) recv() *gotRequest {
 	f.t.Helper()
-	var fr frame
+	var fr rawgrpc.Frame
 	if err := f.s.RecvMsg(&fr); err != nil {
 		f.t.Fatalf("receiving a request: %v", err)
 	}
-	r, err := decodeRequest(fr.b)
+	r, err := decodeRequest(fr.B)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func (f *fakeStream) recv() *gotRequest {
 
 func (f *fakeStream) send(b []byte) {
 	f.t.Helper()
-	if err := f.s.SendMsg(&frame{b: b}); err != nil {
+	if err := f.s.SendMsg(&rawgrpc.Frame{B: b}); err != nil {
 		f.t.Fatalf("sending a response: %v", err)
 	}
 }
@@ -97,7 +98,7 @@ func servingPKI(t *testing.T) (tls.Certificate, []byte) {
 func startIstiod(t *testing.T, serving tls.Certificate) (*fakeIstiod, string) {
 	t.Helper()
 	f := &fakeIstiod{streams: make(chan *fakeStream, 4)}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serving}})), grpc.ForceServerCodec(codec{}))
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serving}})), grpc.ForceServerCodec(rawgrpc.Codec{}))
 	srv.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "envoy.service.discovery.v3.AggregatedDiscoveryService",
 		HandlerType: (*any)(nil),
