@@ -38,7 +38,6 @@ type Gateway struct {
 	cfg     GatewayConfig
 	id      identity.Identity
 	certs   *certs.Manager
-	own     bool
 	reg     *prometheus.Registry
 	metrics *hbone.Metrics
 	routed  *prometheus.CounterVec
@@ -71,24 +70,16 @@ func NewGateway(cfg GatewayConfig, opts ...Option) (*Gateway, error) {
 		cfg.Listen = ":" + strconv.Itoa(PortHBONE)
 	}
 	g := &Gateway{opts: o, cfg: cfg, id: identity.New(o.trustDomain, cfg.Namespace, cfg.ServiceAccount), reg: prometheus.NewRegistry()}
-	switch {
-	case o.certs != nil:
-		g.certs = o.certs
-	case o.fetcher != nil:
-		g.certs, g.own = certs.New(o.fetcher, certs.WithLogger(o.log)), true
-	default:
+	if o.fetcher == nil {
 		return nil, errors.New("gateway: WithFetcher is required")
 	}
+	g.certs = certs.New(o.fetcher, certs.WithLogger(o.log))
 	g.model, g.source = o.model, o.source
 	if d := o.discovery; d != nil && g.model == nil {
-		if d.Client == nil {
-			return nil, errors.New("gateway: WithDiscovery needs a Kubernetes client")
+		var err error
+		if g.model, g.source, err = d.kubeModel(o); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
 		}
-		g.model = model.New(d.Cluster, d.Network)
-		g.source = model.NewKube(d.Client, model.KubeConfig{
-			Cluster: d.Cluster, Network: d.Network, TrustDomain: o.trustDomain,
-			SystemNamespace: d.SystemNamespace, ExcludeNamespaces: d.ExcludeNamespaces, Log: o.log,
-		})
 	}
 	if g.model == nil {
 		return nil, errors.New("gateway: WithDiscovery is required: endpoints are picked from the service model")
@@ -133,9 +124,7 @@ func (g *Gateway) route(host string, port uint16) (netip.AddrPort, bool) {
 func (g *Gateway) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if g.own {
-		defer g.certs.Close()
-	}
+	defer g.certs.Close()
 	g.certs.Track(g.id, certs.Pod{Namespace: g.cfg.Namespace, Name: g.cfg.PodName, UID: g.cfg.PodUID})
 	defer g.certs.Untrack(g.id, g.cfg.PodUID)
 	server, err := hbone.NewServer(append([]hbone.Option{

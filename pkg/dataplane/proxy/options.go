@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -51,7 +52,6 @@ type options struct {
 	events       WorkloadEvents
 	trustDomain  string
 	fetcher      certs.Fetcher
-	certs        *certs.Manager
 	adminAddr    string
 	metricsAddr  string
 	readyAddr    string
@@ -157,6 +157,18 @@ type Discovery struct {
 	SystemNamespace string
 	// ExcludeNamespaces are never in the mesh (the node agent's list).
 	ExcludeNamespaces []string
+}
+
+// kubeModel is the standalone source: a model of the mesh fed by informers
+// over the local cluster and, through its remote secrets, the others.
+func (d *Discovery) kubeModel(o options) (model.Interface, model.Source, error) {
+	if d.Client == nil {
+		return nil, nil, errors.New("WithDiscovery needs a Kubernetes client")
+	}
+	return model.New(d.Cluster, d.Network), model.NewKube(d.Client, model.KubeConfig{
+		Cluster: d.Cluster, Network: d.Network, TrustDomain: o.trustDomain,
+		SystemNamespace: d.SystemNamespace, ExcludeNamespaces: d.ExcludeNamespaces, Log: o.log,
+	}), nil
 }
 
 // WithDiscovery gives the proxy a model of the mesh's workloads and

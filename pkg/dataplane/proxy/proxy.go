@@ -25,13 +25,12 @@ import (
 
 // Proxy is one node proxy.
 type Proxy struct {
-	opts     options
-	certs    *certs.Manager
-	ownCerts bool
-	reg      *prometheus.Registry
-	metrics  *hbone.Metrics
-	wlGauge  prometheus.Gauge
-	ready    atomic.Bool
+	opts    options
+	certs   *certs.Manager
+	reg     *prometheus.Registry
+	metrics *hbone.Metrics
+	wlGauge prometheus.Gauge
+	ready   atomic.Bool
 
 	policies *policy.Store // nil: no authorization
 	// policyWatcher is the cluster watcher feeding policies, once started.
@@ -61,14 +60,10 @@ func New(opts ...Option) (*Proxy, error) {
 		opt(&o)
 	}
 	p := &Proxy{opts: o, reg: prometheus.NewRegistry(), workloads: map[string]*workload{}}
-	switch {
-	case o.certs != nil:
-		p.certs = o.certs
-	case o.fetcher != nil:
-		p.certs, p.ownCerts = certs.New(o.fetcher, certs.WithLogger(o.log)), true
-	default:
+	if o.fetcher == nil {
 		return nil, errors.New("proxy: WithFetcher is required")
 	}
+	p.certs = certs.New(o.fetcher, certs.WithLogger(o.log))
 	p.metrics = hbone.NewMetrics(p.reg)
 	p.wlGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "meshctl_proxy_workloads", Help: "Pods the proxy serves."})
 	p.fallbacks = prometheus.NewCounter(prometheus.CounterOpts{Name: "meshctl_proxy_source_preservation_fallbacks_total",
@@ -89,14 +84,10 @@ func New(opts ...Option) (*Proxy, error) {
 		p.network = o.discovery.Network
 	}
 	if d := o.discovery; d != nil && p.model == nil {
-		if d.Client == nil {
-			return nil, errors.New("proxy: WithDiscovery needs a Kubernetes client")
+		var err error
+		if p.model, p.source, err = d.kubeModel(o); err != nil {
+			return nil, fmt.Errorf("proxy: %w", err)
 		}
-		p.model = model.New(d.Cluster, d.Network)
-		p.source = model.NewKube(d.Client, model.KubeConfig{
-			Cluster: d.Cluster, Network: d.Network, TrustDomain: o.trustDomain,
-			SystemNamespace: d.SystemNamespace, ExcludeNamespaces: d.ExcludeNamespaces, Log: o.log,
-		})
 	}
 	p.reg.MustRegister(p.dialsRefused, p.fallbacks, p.wlGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p.reg.MustRegister(p.outRefused, p.viaGateway)
@@ -167,9 +158,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 	}
 	defer stopPolicies()
 	defer p.removeAll()
-	if p.ownCerts {
-		defer p.certs.Close()
-	}
+	defer p.certs.Close()
 	if p.opts.events == nil {
 		p.ready.Store(true)
 		<-ctx.Done()
