@@ -12,43 +12,23 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/connect/check"
 	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
 	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
-var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
-	// An environment of its own, without a registry, so that it runs beside
-	// the lifecycle spec's.
-	connEnv := env + "-connect"
-	var up struct {
-		cluster.UpResult
-		RemoteSecrets *remotesecret.Result `json:"remoteSecrets"`
-	}
-	byName := map[string]cluster.ClusterResult{}
-	var mesh *meshtest.Env
-
-	BeforeAll(func(ctx SpecContext) {
-		DeferCleanup(func() {
-			if keep() {
-				return
-			}
-			_, _, _ = meshctlResult("down", "--env", connEnv)
-		})
-		meshctlJSON(&up, "up", "--env", connEnv, "--clusters", "2", "--image", suite.image, "--registry=false", "--install=false")
-		mesh = attach(ctx, connEnv, meshtest.WithClusters(2))
-	})
-
-	It("creates two clusters on one network and installs each one's remote secret in the other", func() {
-		Expect(up.Clusters).To(HaveLen(2))
-		for _, c := range up.Clusters {
-			byName[c.Name] = c
-		}
-		Expect(up.RemoteSecrets).NotTo(BeNil())
-		Expect(up.RemoteSecrets.Readers).To(HaveLen(2))
+// connectSpecs are the remote secrets' and the connectivity check's specs,
+// run on the lifecycle container's two-cluster environment (one network, no
+// dataplane) before its faults and its down: an environment of their own
+// cost two more kind clusters for nothing the lifecycle's does not have.
+// secrets is what that environment's first up reported.
+func connectSpecs(connEnv string, secrets func() *remotesecret.Result, mesh func() *meshtest.Env) {
+	It("installs each cluster's remote secret in the other", func() {
+		rs := secrets()
+		Expect(rs).NotTo(BeNil())
+		Expect(rs.Readers).To(HaveLen(2))
 		var got []string
-		for _, s := range up.RemoteSecrets.Secrets {
+		for _, s := range rs.Secrets {
 			got = append(got, fmt.Sprintf("%s in %s: %s", s.Secret, s.Target, s.Action))
 		}
 		Expect(got).To(ConsistOf(
@@ -60,7 +40,7 @@ var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
 	It("gives each cluster a kubeconfig that works from the other cluster's node, read-only", func(ctx SpecContext) {
 		for _, p := range [][2]string{{"cluster1", "cluster2"}, {"cluster2", "cluster1"}} {
 			source, target := p[0], p[1]
-			sec, err := mesh.Cluster(target).Kube.CoreV1().Secrets("istio-system").Get(ctx, "istio-remote-secret-"+source, metav1.GetOptions{})
+			sec, err := mesh().Cluster(target).Kube.CoreV1().Secrets("istio-system").Get(ctx, "istio-remote-secret-"+source, metav1.GetOptions{})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(sec.Labels).To(HaveKeyWithValue("istio/multiCluster", "true"))
 			Expect(sec.Annotations).To(HaveKeyWithValue("networking.istio.io/cluster", source))
@@ -91,7 +71,7 @@ var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
 	})
 
 	It("prints the installed secret with remote-secret, and names the known clusters for an unknown one", func(ctx SpecContext) {
-		installed, err := mesh.Cluster("cluster2").Kube.CoreV1().Secrets("istio-system").Get(ctx, "istio-remote-secret-cluster1", metav1.GetOptions{})
+		installed, err := mesh().Cluster("cluster2").Kube.CoreV1().Secrets("istio-system").Get(ctx, "istio-remote-secret-cluster1", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		for _, format := range []string{"yaml", "json"} {
 			out := meshctl("remote-secret", "--env", connEnv, "cluster1", "-o", format)
@@ -119,7 +99,7 @@ var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
 		for _, s := range out.RemoteSecrets.Secrets {
 			Expect(s.Action).To(Equal(remotesecret.SecretUnchanged), s.Secret+" in "+s.Target)
 		}
-		mesh.ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
+		mesh().ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
 			list, err := c.Kube.CoreV1().Secrets("istio-system").List(ctx, metav1.ListOptions{FieldSelector: "type=kubernetes.io/service-account-token"})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(list.Items).To(HaveLen(1))
@@ -139,11 +119,11 @@ var _ = Describe("remote secrets and the connectivity check", Ordered, func() {
 			"cluster1→cluster1 pod", "cluster1→cluster1 service", "cluster1→cluster2 pod", "cluster1→cluster2 service",
 			"cluster2→cluster1 pod", "cluster2→cluster1 service", "cluster2→cluster2 pod", "cluster2→cluster2 service",
 		))
-		mesh.ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
+		mesh().ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
 			_, err := c.Kube.CoreV1().Namespaces().Get(ctx, check.DefaultNamespace, metav1.GetOptions{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "namespace %s is still there (%v)", check.DefaultNamespace, err)
 		})
 		out := meshctl("check", "connectivity", "--env", connEnv)
 		Expect(out).To(MatchRegexp(`cluster1\s+cluster2\s+service\s+10\.255\.20\.\d+\s+ok`))
 	})
-})
+}

@@ -229,6 +229,9 @@ var _ = Describe("east-west gateways between networks", Ordered, func() {
 		Expect(versions()).To(Equal(before), "a rerun changed objects")
 	})
 
+	// The dataplane on these two networks, before the clusters go.
+	networkSpecs(gwEnv, func() *meshtest.Env { return mesh })
+
 	It("deletes its clusters", func() {
 		current = nil // nothing left to collect artifacts from
 		for _, e := range envs {

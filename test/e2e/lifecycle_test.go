@@ -13,13 +13,17 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
+	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
 	"github.com/meshctl/meshctl/pkg/connect/routes"
 	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
 var _ = Describe("the cluster lifecycle", Ordered, func() {
 	var upArgs []string
-	var res cluster.UpResult
+	var res struct {
+		cluster.UpResult
+		RemoteSecrets *remotesecret.Result `json:"remoteSecrets"`
+	}
 	var mesh *meshtest.Env
 
 	BeforeAll(func(ctx SpecContext) {
@@ -159,6 +163,9 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 			}).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(Succeed())
 		}
 	})
+
+	// Remote secrets and the connectivity check, on this environment.
+	connectSpecs(env, func() *remotesecret.Result { return res.RemoteSecrets }, func() *meshtest.Env { return mesh })
 
 	It("reuses the environment when up runs again", func() {
 		var again cluster.UpResult

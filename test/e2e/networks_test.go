@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -28,17 +27,22 @@ import (
 // double HBONE: an outer tunnel to that network's gateway, naming the
 // service, and inside it a tunnel, end to end with the endpoint's node
 // proxy, that the gateway forwards unread.
-var _ = Describe("the dataplane across two networks", Ordered, func() {
-	netEnv := env + "-xnet"
+//
+// networkSpecs run on the east-west gateway container's first environment
+// (two clusters, two networks, connected with --install=false) after its
+// gateway specs: the first installs the dataplane there with the CLI, as a
+// user would, in place of the stand-in gateway pods those specs left.
+func networkSpecs(envName string, meshFn func() *meshtest.Env) {
 	var mesh *meshtest.Env
-
-	BeforeAll(func(ctx SpecContext) {
-		requireMetalLBImages()
-		mesh = meshtest.Setup(ctx,
-			meshtest.WithEnv(netEnv), meshtest.WithClusters(2), meshtest.WithNetworks(2), meshtest.WithImage(suite.image),
-			meshtest.WithArtifacts(suite.artifacts), meshtest.WithEchoImage(suite.testImage),
-			meshtest.WithInstall(filepath.Join(filepath.Dir(suite.meshctl), "meshctl-dataplane")), meshtest.WithKeep(keep()))
-		setCurrent(mesh)
+	It("installs the dataplane on the two networks, its gateway in place of the stand-in", func(ctx SpecContext) {
+		mesh = meshFn()
+		mesh.ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
+			err := c.Kube.CoreV1().Pods(gateway.GatewayNamespace).Delete(ctx, "fake-eastwestgateway", metav1.DeleteOptions{})
+			g.Expect(err == nil || apierrors.IsNotFound(err)).To(BeTrue(), "deleting the stand-in gateway: %v", err)
+		})
+		var out installOutput
+		meshctlJSON(&out, "install", "--env", envName)
+		Expect(releaseActions(&out)).To(HaveLen(4))
 	})
 
 	// remoteOnly deploys an echo everywhere and deletes cluster1's pods:
@@ -192,7 +196,7 @@ spec:
 		Expect(counterSum(ctx, proxy.cluster, proxy.pod, "meshctl_proxy_outbound_refused_total", `reason="no_network_gateway"`)).
 			To(BeNumerically(">", refusedBefore), "%s: the refusal was not counted", proxy)
 	})
-})
+}
 
 // gatewayPod is a Ready east-west gateway pod of c, as a nodeProxy (its
 // metrics are on 15020 too).
