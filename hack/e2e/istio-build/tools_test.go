@@ -3,12 +3,15 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"debug/elf"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -251,6 +254,8 @@ func TestClosureNodeRootfs(t *testing.T) {
 		t.Errorf("iptables-nft extension help: %s", out)
 	}
 
+	t.Run("Istio's in-pod rules", func(t *testing.T) { restoreIstioRules(t, dir) })
+
 	// the loader's own account: ld.so --list of every ELF root
 	if _, err := os.Lstat(filepath.Join(dir, "lib64", "ld-linux-x86-64.so.2")); err != nil {
 		t.Skipf("no x86-64 loader (%v): the check below knows only x86-64's", err)
@@ -290,6 +295,75 @@ func TestClosureNodeRootfs(t *testing.T) {
 	sort.Strings(lacking)
 	if len(extra) > 0 || len(lacking) > 0 || len(mapped) < 5 {
 		t.Errorf("layer libraries differ from the loader's: not mapped %v, not in the layer %v (%d mapped)", extra, lacking, len(mapped))
+	}
+}
+
+// restoreIstioRules has the layer's iptables-restore load the in-pod rules
+// Istio's ambient node agent writes (its golden default.golden), in a
+// network namespace of the test's own, and reads them back.
+func restoreIstioRules(t *testing.T, dir string) {
+	version, err := pinnedVersion("../../../bench/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// read where make e2e-env's download put it; a test downloads nothing
+	modCache, err := output(context.Background(), "", "go", "env", "GOMODCACHE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden, err := os.ReadFile(filepath.Join(modCache, module+"@"+version, "cni", "pkg", "iptables", "testdata", "default.golden"))
+	if err != nil {
+		t.Skipf("Istio's in-pod rules (MESHCTL_ISTIO=1 make e2e-env downloads them): %v", err)
+	}
+	// the golden file lists the commands run, then the iptables-restore input
+	i := bytes.Index(golden, []byte("* "))
+	if i < 0 {
+		t.Fatalf("no table in default.golden:\n%s", golden)
+	}
+	rules := golden[i:]
+	var saved []byte
+	inNewNetns(t, func() error {
+		restore := exec.Command("/usr/sbin/iptables-restore", "--noflush")
+		restore.SysProcAttr = &syscall.SysProcAttr{Chroot: dir}
+		restore.Stdin = bytes.NewReader(rules)
+		if out, err := restore.CombinedOutput(); err != nil {
+			return fmt.Errorf("iptables-restore: %w: %s", err, out)
+		}
+		save := exec.Command("/usr/sbin/iptables-save")
+		save.SysProcAttr = &syscall.SysProcAttr{Chroot: dir}
+		saved, err = save.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("iptables-save: %w: %s", err, saved)
+		}
+		return nil
+	})
+	for _, want := range []string{
+		"-A ISTIO_PRERT -m mark --mark 0x539/0xfff -j CONNMARK --set-xmark 0x111/0xfff",
+		"-j REDIRECT --to-ports 15006",
+		"-j CT --zone 1",
+	} {
+		if !bytes.Contains(saved, []byte(want)) {
+			t.Errorf("iptables-save after restoring Istio's rules lacks %q:\n%s", want, saved)
+		}
+	}
+}
+
+// inNewNetns runs fn, and the processes it starts, in a new network
+// namespace: fn's goroutine keeps a thread of its own that is never given
+// back (a locked thread ends with its goroutine), and a child forks from it.
+func inNewNetns(t *testing.T, fn func() error) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := syscall.Unshare(syscall.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		errc <- fn()
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
 
