@@ -10,7 +10,12 @@
 //     cni/deployments/kubernetes/Dockerfile.install-cni lay them out, FROM the
 //     offline busybox image build-images.sh makes, assembled with
 //     go-containerregistry (no Docker build), cached as docker-archives in
-//     $CACHE/istio/<version>/images and loaded into the host's Docker.
+//     $CACHE/istio/<version>/images and loaded into the host's Docker;
+//   - in install-cni, under Istio's files, a layer of what the ambient node
+//     agent execs (iptables, ip6tables, nft: netfilterTools) with exactly
+//     their shared libraries and loader, taken from the kind node's Debian
+//     rootfs tarball build-rootfs.sh makes, as Istio's own base images ship
+//     Debian's (or Wolfi's) iptables and nftables.
 //
 // Everything is keyed: a rerun with nothing changed stats files and asks
 // Docker for two labels. It prints NAME=VALUE lines (images, binaries, the
@@ -46,7 +51,8 @@ import (
 const module = "istio.io/istio"
 
 // layout versions the image layout below: bump it when newImage changes, so
-// cached images are rebuilt.
+// cached images are rebuilt. An imageSpec's own layout is bumped instead
+// when one image alone changes, so the others keep their IDs.
 const layout = "1"
 
 // epoch is every timestamp in the images: same binaries, same image ID.
@@ -69,6 +75,7 @@ func main() {
 	flag.StringVar(&o.cache, "cache", cache, "cache directory (MESHCTL_CACHE)")
 	flag.StringVar(&o.gomod, "gomod", "bench/go.mod", "go.mod that pins "+module)
 	flag.StringVar(&o.base, "base", "", "docker-archive of the base image (default: the newest <cache>/images/meshctl_busybox_latest-*.tar that build-images.sh writes)")
+	flag.StringVar(&o.rootfs, "rootfs", "", "the kind node's rootfs tarball, source of install-cni's iptables and nft (default: the newest <cache>/rootfs/node-*.tar that build-rootfs.sh writes)")
 	flag.StringVar(&o.hub, "hub", "meshctl", "repository prefix of the images")
 	flag.BoolVar(&o.load, "docker-load", true, "load the images into the host's Docker")
 	flag.BoolVar(&o.binariesOnly, "binaries-only", false, "build the binaries, not the images")
@@ -80,8 +87,8 @@ func main() {
 }
 
 type options struct {
-	cache, gomod, base, hub string
-	load, binariesOnly      bool
+	cache, gomod, base, rootfs, hub string
+	load, binariesOnly              bool
 }
 
 func logf(format string, a ...any) {
@@ -106,13 +113,15 @@ func run(ctx context.Context, o options) error {
 	if o.binariesOnly {
 		return nil
 	}
-	base := o.base
-	if base == "" {
-		if base, err = newest(filepath.Join(o.cache, "images", "meshctl_busybox_latest-*.tar")); err != nil {
-			return err
-		}
+	base, err := orNewest(o.base, filepath.Join(o.cache, "images", "meshctl_busybox_latest-*.tar"), "base image", "-base")
+	if err != nil {
+		return err
 	}
-	for _, spec := range imageSpecs(bin) {
+	rootfs, err := orNewest(o.rootfs, filepath.Join(o.cache, "rootfs", "node-*.tar"), "node rootfs tarball", "-rootfs")
+	if err != nil {
+		return err
+	}
+	for _, spec := range imageSpecs(bin, rootfs) {
 		ref := fmt.Sprintf("%s/%s:%s", o.hub, spec.name, tag(version))
 		if err := ensureImage(ctx, dir, ref, base, spec, o.load); err != nil {
 			return err
@@ -295,6 +304,19 @@ func appendTimings(cache, msg string) {
 	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339), msg)
 }
 
+// orNewest is flagValue if set, else the newest file matching glob, which
+// make e2e-env writes.
+func orNewest(flagValue, glob, what, flagName string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	p, err := newest(glob)
+	if err != nil {
+		return "", fmt.Errorf("no %s %s: make e2e-env builds it, or pass %s", what, glob, flagName)
+	}
+	return p, nil
+}
+
 func newest(glob string) (string, error) {
 	ms, _ := filepath.Glob(glob)
 	var best string
@@ -305,7 +327,7 @@ func newest(glob string) (string, error) {
 		}
 	}
 	if best == "" {
-		return "", fmt.Errorf("no base image %s: build-images.sh makes it (make e2e-env), or pass -base", glob)
+		return "", fmt.Errorf("nothing matches %s", glob)
 	}
 	return best, nil
 }
@@ -314,12 +336,19 @@ func newest(glob string) (string, error) {
 type file struct {
 	path string // in the image, no leading slash
 	src  string // host file, or
-	data []byte // content
+	data []byte // content, or
+	link string // a symlink's target, or
+	dir  bool   // an empty directory
 	mode int64
 }
 
 type imageSpec struct {
 	name   string
+	layout string // this image's own layout version, see layout
+	// tools, if any, are taken from the rootfs tarball into a layer under
+	// files.
+	tools  *toolSet
+	rootfs string
 	files  []file
 	config v1.Config
 }
@@ -328,8 +357,10 @@ type imageSpec struct {
 var passwd = "root:x:0:0:root:/root:/bin/sh\nistio-proxy:x:1337:1337::/home/istio-proxy:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
 var group = "root:x:0:\nistio-proxy:x:1337:\nnogroup:x:65534:\n"
 
-// imageSpecs are Istio's Dockerfiles, as files and config.
-func imageSpecs(bin string) []imageSpec {
+// imageSpecs are Istio's Dockerfiles, as files and config; rootfs is the
+// node rootfs tarball install-cni's netfilter tools come from.
+func imageSpecs(bin, rootfs string) []imageSpec {
+	tools := netfilterTools()
 	users := []file{{path: "etc/passwd", data: []byte(passwd), mode: 0o644}, {path: "etc/group", data: []byte(group), mode: 0o644}}
 	return []imageSpec{
 		{
@@ -346,8 +377,12 @@ func imageSpecs(bin string) []imageSpec {
 			},
 		},
 		{
-			// cni/deployments/kubernetes/Dockerfile.install-cni
-			name: "install-cni",
+			// cni/deployments/kubernetes/Dockerfile.install-cni, over the
+			// iptables and nftables its base images have
+			name:   "install-cni",
+			layout: "2",
+			tools:  &tools,
+			rootfs: rootfs,
 			files: append([]file{
 				{path: "opt/cni/bin/istio-cni", src: filepath.Join(bin, "istio-cni"), mode: 0o755},
 				{path: "usr/local/bin/install-cni", src: filepath.Join(bin, "install-cni"), mode: 0o755},
@@ -367,7 +402,15 @@ func imageSpecs(bin string) []imageSpec {
 func imageKey(ref, base string, spec imageSpec) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\n%s\n", layout, ref)
-	for _, p := range []string{base} {
+	inputs := []string{base}
+	if spec.layout != "" {
+		fmt.Fprintf(h, "layout %s\n", spec.layout)
+	}
+	if spec.tools != nil {
+		fmt.Fprintf(h, "tools %s\n", spec.tools.key())
+		inputs = append(inputs, spec.rootfs)
+	}
+	for _, p := range inputs {
 		fi, err := os.Stat(p)
 		if err != nil {
 			return "", err
@@ -441,22 +484,24 @@ func ensureImage(ctx context.Context, dir, ref, base string, spec imageSpec, loa
 	return nil
 }
 
-// newImage is base plus one layer of spec's files, with spec's config (the
-// base's entrypoint, env and labels go: Istio's images set their own).
+// newImage is base plus a layer of spec's tools if any, then one of spec's
+// files, with spec's config (the base's entrypoint, env and labels go:
+// Istio's images set their own).
 func newImage(base string, spec imageSpec, key string) (v1.Image, error) {
-	baseImg, err := tarball.ImageFromPath(base, nil)
+	img, err := tarball.ImageFromPath(base, nil)
 	if err != nil {
 		return nil, fmt.Errorf("base image %s: %w", base, err)
 	}
-	layer, err := layerTar(spec.files)
-	if err != nil {
-		return nil, err
+	if spec.tools != nil {
+		files, err := spec.tools.layerFiles(spec.rootfs)
+		if err != nil {
+			return nil, err
+		}
+		if img, err = appendLayer(img, files, "netfilter tools from "+filepath.Base(spec.rootfs)); err != nil {
+			return nil, err
+		}
 	}
-	img, err := mutate.Append(baseImg, mutate.Addendum{
-		Layer:   static.NewLayer(layer, types.DockerLayer),
-		History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "meshctl hack/e2e/istio-build: " + spec.name},
-	})
-	if err != nil {
+	if img, err = appendLayer(img, spec.files, spec.name); err != nil {
 		return nil, err
 	}
 	cfg, err := img.ConfigFile()
@@ -475,13 +520,27 @@ func newImage(base string, spec imageSpec, key string) (v1.Image, error) {
 	return mutate.ConfigFile(img, cfg)
 }
 
-// layerTar is the image's own layer: parent directories, then the files,
-// every header fixed so the digest depends only on the content.
+func appendLayer(img v1.Image, files []file, what string) (v1.Image, error) {
+	layer, err := layerTar(files)
+	if err != nil {
+		return nil, err
+	}
+	return mutate.Append(img, mutate.Addendum{
+		Layer:   static.NewLayer(layer, types.DockerLayer),
+		History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "meshctl hack/e2e/istio-build: " + what},
+	})
+}
+
+// layerTar is a layer of files: parent directories, then the files in the
+// order given, every header fixed so the digest depends only on the content.
 func layerTar(files []file) ([]byte, error) {
 	dirs := map[string]bool{}
 	for _, f := range files {
 		for d := filepath.Dir(f.path); d != "."; d = filepath.Dir(d) {
 			dirs[d] = true
+		}
+		if f.dir {
+			dirs[f.path] = true
 		}
 	}
 	var sorted []string
@@ -497,6 +556,15 @@ func layerTar(files []file) ([]byte, error) {
 		}
 	}
 	for _, f := range files {
+		if f.dir {
+			continue
+		}
+		if f.link != "" {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: f.path, Linkname: f.link, Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		data := f.data
 		if f.src != "" {
 			var err error
