@@ -27,8 +27,8 @@ type oneCluster struct {
 	kubeconfig []byte
 }
 
-func (o oneCluster) Environment(context.Context, string) ([]model.ClusterPlan, error) {
-	return []model.ClusterPlan{o.plan}, nil
+func (o oneCluster) Environment(context.Context, string) ([]model.ClusterState, error) {
+	return []model.ClusterState{{ClusterPlan: o.plan}}, nil
 }
 
 func (o oneCluster) ClusterKubeconfig(context.Context, model.ClusterPlan, bool) ([]byte, error) {

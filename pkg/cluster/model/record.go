@@ -8,10 +8,11 @@ import (
 	"time"
 )
 
-// Record is what meshctl writes on a cluster it created.
+// Record is what meshctl writes on a cluster it created (and, locally, of
+// an existing cluster it uses).
 type Record struct {
-	Env       string      `json:"env"`
-	Cluster   ClusterPlan `json:"cluster"`
+	Env       string       `json:"env"`
+	Cluster   ClusterState `json:"cluster"`
 	Version   string      `json:"meshctlVersion"`
 	CreatedAt time.Time   `json:"createdAt"`
 	// Pools are the MetalLB address pools pkg/connect/gateway gave the

@@ -27,8 +27,12 @@ type envSource struct {
 	broken      string // a cluster whose kubeconfig cannot be read
 }
 
-func (s *envSource) Environment(context.Context, string) ([]model.ClusterPlan, error) {
-	return s.clusters, nil
+func (s *envSource) Environment(context.Context, string) ([]model.ClusterState, error) {
+	out := make([]model.ClusterState, len(s.clusters))
+	for i, c := range s.clusters {
+		out[i].ClusterPlan = c
+	}
+	return out, nil
 }
 
 func (s *envSource) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, _ bool) ([]byte, error) {
