@@ -75,7 +75,8 @@ type UpOption func(*upOptions)
 // UpWithRetain keeps clusters whose creation failed, for debugging.
 func UpWithRetain(b bool) UpOption { return func(o *upOptions) { o.retain = b } }
 
-// UpWithRecreate deletes and recreates clusters that differ from the plan.
+// UpWithRecreate deletes and recreates the kind clusters already there that
+// differ from the plan.
 func UpWithRecreate(b bool) UpOption { return func(o *upOptions) { o.recreate = b } }
 
 // UpWithWait waits up to d for each cluster's control plane to be Ready.
@@ -124,7 +125,7 @@ func (p *Provider) Up(ctx context.Context, plan *model.Plan, opts ...UpOption) (
 	}
 
 	if len(kinds) > 0 {
-		status.Start("Inspecting existing kind clusters")
+		status.Start("Inspecting the kind clusters already there")
 	}
 	actions, healed, err := p.classify(ctx, plan, o.recreate)
 	if err != nil {
@@ -280,7 +281,7 @@ func (p *Provider) classify(ctx context.Context, plan *model.Plan, recreate bool
 	}
 	if len(conflicts) > 0 {
 		sort.Strings(conflicts)
-		return nil, nil, fmt.Errorf("existing clusters differ from the plan (nothing was changed; rerun with --recreate to replace them, or `meshctl down` first):\n%s", strings.Join(conflicts, "\n"))
+		return nil, nil, fmt.Errorf("kind clusters already there differ from the plan (nothing was changed; rerun with --recreate to replace them, or `meshctl down` first):\n%s", strings.Join(conflicts, "\n"))
 	}
 	return actions, healed, nil
 }

@@ -13,8 +13,8 @@ import (
 type Record struct {
 	Env       string       `json:"env"`
 	Cluster   ClusterState `json:"cluster"`
-	Version   string      `json:"meshctlVersion"`
-	CreatedAt time.Time   `json:"createdAt"`
+	Version   string       `json:"meshctlVersion"`
+	CreatedAt time.Time    `json:"createdAt"`
 	// Pools are the MetalLB address pools pkg/connect/gateway gave the
 	// cluster. They live in the record because every meshctl on the machine
 	// reads every kind cluster's record anyway (List): that is how an
