@@ -207,9 +207,10 @@ func (p *Provider) Kubeconfig(ctx context.Context, env, name string, internal bo
 }
 
 // ClusterKubeconfig is Kubeconfig for a cluster of Environment, located by
-// its plan (kind name, or kubeconfig and context): finding a cluster by name lists every cluster on the
-// machine and reads each one's record, so a step that needs every
-// cluster's kubeconfig would do that once per cluster.
+// its plan (kind name, or kubeconfig and context): finding a cluster by
+// name lists every cluster on the machine and reads each one's record, so
+// a step that needs every cluster's kubeconfig would do that once per
+// cluster.
 func (p *Provider) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, internal bool) ([]byte, error) {
 	return p.kubeconfig(c, internal)
 }
