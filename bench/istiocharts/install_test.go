@@ -14,11 +14,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/connect/remotesecret"
 	"github.com/meshctl/meshctl/pkg/install/values"
 	"github.com/meshctl/meshctl/pkg/meshca"
-	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
 // oneCluster serves one testenv API server as an environment.
@@ -27,8 +27,8 @@ type oneCluster struct {
 	kubeconfig []byte
 }
 
-func (o oneCluster) Environment(context.Context, string) ([]model.ClusterPlan, error) {
-	return []model.ClusterPlan{o.plan}, nil
+func (o oneCluster) Environment(context.Context, string) ([]model.ClusterState, error) {
+	return []model.ClusterState{{ClusterPlan: o.plan}}, nil
 }
 
 func (o oneCluster) ClusterKubeconfig(context.Context, model.ClusterPlan, bool) ([]byte, error) {

@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
-	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
 // TestFrameworkReadsMeshctlTopology writes the topology of an external
@@ -30,7 +30,7 @@ import (
 // into <artifacts>/<env>/topology.json), hands it to Istio's framework
 // through its own flag, and builds every cluster the way the framework's
 // kube environment does (cluster/kube.BuildKube, a kube client each). With
-// pkg/testenv's API servers cached, each client then reaches its server;
+// internal/testenv's API servers cached, each client then reaches its server;
 // without, the client configs are still built and checked.
 func TestFrameworkReadsMeshctlTopology(t *testing.T) {
 	dir := t.TempDir()

@@ -146,13 +146,14 @@ func (e Listed) sortName() string {
 	return e.KindName
 }
 
-// Environment returns the plans of the clusters of env, in mesh-name order.
-func (p *Provider) Environment(ctx context.Context, env string) ([]model.ClusterPlan, error) {
+// Environment returns the clusters of env as meshctl recorded them, in
+// mesh-name order.
+func (p *Provider) Environment(ctx context.Context, env string) ([]model.ClusterState, error) {
 	recs, err := p.records(ctx, env)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]model.ClusterPlan, len(recs))
+	out := make([]model.ClusterState, len(recs))
 	for i, r := range recs {
 		out[i] = r.Cluster
 	}
@@ -160,8 +161,8 @@ func (p *Provider) Environment(ctx context.Context, env string) ([]model.Cluster
 }
 
 // records returns meshctl's records of the clusters of env, in mesh-name
-// order: Environment's plans, with what meshctl learned of each cluster
-// since (its load-balancer pools).
+// order: Environment's clusters, with the load-balancer pools meshctl gave
+// each.
 func (p *Provider) records(ctx context.Context, env string) ([]model.Record, error) {
 	all, err := p.List(ctx)
 	if err != nil {
@@ -178,10 +179,10 @@ func (p *Provider) records(ctx context.Context, env string) ([]model.Record, err
 }
 
 // Find returns the cluster of env with the given mesh or kind name.
-func (p *Provider) Find(ctx context.Context, env, name string) (model.ClusterPlan, error) {
+func (p *Provider) Find(ctx context.Context, env, name string) (model.ClusterState, error) {
 	cs, err := p.Environment(ctx, env)
 	if err != nil {
-		return model.ClusterPlan{}, err
+		return model.ClusterState{}, err
 	}
 	var names []string
 	for _, c := range cs {
@@ -191,9 +192,9 @@ func (p *Provider) Find(ctx context.Context, env, name string) (model.ClusterPla
 		names = append(names, c.Name)
 	}
 	if len(names) == 0 {
-		return model.ClusterPlan{}, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
+		return model.ClusterState{}, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
 	}
-	return model.ClusterPlan{}, fmt.Errorf("no cluster %q in environment %q (it has %s)", name, env, strings.Join(names, ", "))
+	return model.ClusterState{}, fmt.Errorf("no cluster %q in environment %q (it has %s)", name, env, strings.Join(names, ", "))
 }
 
 // Kubeconfig returns a cluster's kubeconfig, read from the cluster itself.
@@ -202,13 +203,14 @@ func (p *Provider) Kubeconfig(ctx context.Context, env, name string, internal bo
 	if err != nil {
 		return nil, err
 	}
-	return p.kubeconfig(c, internal)
+	return p.kubeconfig(c.ClusterPlan, internal)
 }
 
-// ClusterKubeconfig is Kubeconfig for a cluster whose plan the caller has
-// (from Environment): finding a cluster by name lists every cluster on the
-// machine and reads each one's record, so a step that needs every
-// cluster's kubeconfig would do that once per cluster.
+// ClusterKubeconfig is Kubeconfig for a cluster of Environment, located by
+// its plan (kind name, or kubeconfig and context): finding a cluster by
+// name lists every cluster on the machine and reads each one's record, so
+// a step that needs every cluster's kubeconfig would do that once per
+// cluster.
 func (p *Provider) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, internal bool) ([]byte, error) {
 	return p.kubeconfig(c, internal)
 }
@@ -286,14 +288,14 @@ func (p *Provider) Down(ctx context.Context, env string, opts ...DownOption) (*D
 	for _, e := range all {
 		switch {
 		case e.Env() == env && e.Record.Cluster.Existing:
-			existingCs = append(existingCs, e.Record.Cluster)
+			existingCs = append(existingCs, e.Record.Cluster.ClusterPlan)
 		case e.Env() == env:
-			targets = append(targets, e.Record.Cluster)
+			targets = append(targets, e.Record.Cluster.ClusterPlan)
 			delete(extra, e.KindName)
 		case e.Incomplete != nil && e.Incomplete.Env == env:
 			// Its creation was killed: nothing of it is worth keeping,
 			// even with --uninstall-only.
-			incomplete = append(incomplete, e.Incomplete.Cluster)
+			incomplete = append(incomplete, e.Incomplete.Cluster.ClusterPlan)
 			delete(extra, e.KindName)
 		case e.Error != "" && !extra[e.KindName]:
 			p.logger.Warnf("kind cluster %s: cannot read its meshctl record (%s); if it belongs to environment %q, delete it with `meshctl down %s`", e.KindName, e.Error, env, e.KindName)

@@ -16,11 +16,12 @@ import (
 // CheckExisting checks every existing cluster of plan — kubeconfig readable,
 // context present, API server reachable, credentials accepted and allowed
 // what meshctl does, Kubernetes recent enough, not claimed by another
-// environment — and discovers its subnets into the plan. Every failing
+// environment — completes their plans with the subnets their API servers
+// report, and returns what it found of each, in plan order. Every failing
 // cluster is reported, one message each, and nothing has been changed
 // anywhere. Up calls it before any change; it is exported so that a
 // command or a test framework can check a topology without bringing it up.
-func (p *Provider) CheckExisting(ctx context.Context, plan *model.Plan) error {
+func (p *Provider) CheckExisting(ctx context.Context, plan *model.Plan) ([]model.ClusterState, error) {
 	var idx []int
 	for i, c := range plan.Clusters {
 		if c.Existing {
@@ -28,30 +29,33 @@ func (p *Provider) CheckExisting(ctx context.Context, plan *model.Plan) error {
 		}
 	}
 	if len(idx) == 0 {
-		return nil
+		return nil, nil
 	}
-	checked := make([]model.ClusterPlan, len(plan.Clusters))
-	err := parallel.ForEach(idx, func(i int) error {
-		c, err := existing.Check(ctx, plan.Env, plan.Clusters[i])
+	found := make([]model.ClusterState, len(idx))
+	err := parallel.ForEach(indexes(len(idx)), func(k int) error {
+		c, err := existing.Check(ctx, plan.Env, plan.Clusters[idx[k]])
 		if err != nil {
-			return fmt.Errorf("  cluster %q: %w", plan.Clusters[i].Name, err)
+			return fmt.Errorf("  cluster %q: %w", plan.Clusters[idx[k]].Name, err)
 		}
-		checked[i] = c
+		found[k] = c
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("existing clusters failed their checks (nothing was changed):\n%w", err)
+		return nil, fmt.Errorf("existing clusters failed their checks (nothing was changed):\n%w", err)
 	}
-	for _, i := range idx {
-		plan.Clusters[i] = checked[i]
-		if existing.Loopback(checked[i].Discovery.Server) {
+	for k, i := range idx {
+		plan.Clusters[i] = found[k].ClusterPlan
+		if existing.Loopback(found[k].Discovery.Server) {
 			// Fine for meshctl on this host; not for another
 			// cluster's control plane given its kubeconfig.
-			p.logger.Warnf("cluster %q: its API server %s is a loopback address: other clusters cannot reach it (remote secrets will not work)", checked[i].Name, checked[i].Discovery.Server)
+			p.logger.Warnf("cluster %q: its API server %s is a loopback address: other clusters cannot reach it (remote secrets will not work)", found[k].Name, found[k].Discovery.Server)
 		}
 	}
 	// Discovered subnets may clash with others on the same network.
-	return plan.Validate()
+	if err := plan.Validate(); err != nil {
+		return nil, err
+	}
+	return found, nil
 }
 
 // existingRecordPath is the local record of an existing cluster.
@@ -64,7 +68,7 @@ func (p *Provider) existingRecordPath(env, cluster string) string {
 // local record that lets status, list and down find it.
 func (p *Provider) recordExisting(ctx context.Context, rec model.Record) error {
 	c := rec.Cluster
-	cs, _, err := existing.Client(c)
+	cs, _, err := existing.Client(c.ClusterPlan)
 	if err != nil {
 		return fmt.Errorf("cluster %q: %w", c.Name, err)
 	}

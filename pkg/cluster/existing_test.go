@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,8 +22,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
-	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
 // existingCluster is a real kube-apiserver standing in for an existing
@@ -163,10 +164,17 @@ func TestIntegrationExistingChecks(t *testing.T) {
 
 	t.Run("discovers", func(t *testing.T) {
 		plan := e.plan(t, "ex", `[{"clusterName": "ext", "network": "far", "meta": {"kubeconfig": "kubeconfig", "context": "admin"}}]`)
-		if err := p.CheckExisting(ctx, plan); err != nil {
+		found, err := p.CheckExisting(ctx, plan)
+		if err != nil {
 			t.Fatal(err)
 		}
-		c := plan.Clusters[0]
+		if len(found) != 1 {
+			t.Fatalf("found %d clusters, want 1", len(found))
+		}
+		c := found[0]
+		if !reflect.DeepEqual(plan.Clusters[0], c.ClusterPlan) {
+			t.Errorf("plan %+v, want it completed with what was found: %+v", plan.Clusters[0], c.ClusterPlan)
+		}
 		d := c.Discovery
 		if d == nil || d.Server != e.cfg.Host || !strings.HasPrefix(d.Version, "v1.") || d.Nodes != 2 {
 			t.Fatalf("discovery %+v", d)
@@ -192,17 +200,18 @@ func TestIntegrationExistingChecks(t *testing.T) {
 		// This user may not read ServiceCIDRs, as on a cluster that does
 		// not serve them: the range comes from the kubernetes Service.
 		plan := e.plan(t, "ex", `[{"clusterName": "ext", "meta": {"kubeconfig": "kubeconfig", "context": "restricted"}}]`)
-		if err := p.CheckExisting(ctx, plan); err != nil {
+		found, err := p.CheckExisting(ctx, plan)
+		if err != nil {
 			t.Fatal(err)
 		}
-		c := plan.Clusters[0]
+		c := found[0]
 		if !slices.Equal(c.ServiceSubnets, []string{"10.0.0.0/12"}) || !c.Discovery.ServiceSubnetsInferred || !strings.Contains(c.Discovery.ServiceSubnetsFrom, "inferred from Service default/kubernetes ClusterIP 10.0.0.1") {
 			t.Errorf("service subnets %v, discovery %+v", c.ServiceSubnets, c.Discovery)
 		}
 		// A stated range is checked against the address, not the bound.
 		plan = e.plan(t, "ex", `[{"clusterName": "ext", "svcSubnet": "10.0.0.0/24", "meta": {"kubeconfig": "kubeconfig", "context": "restricted"}},
 			{"clusterName": "off", "network": "b", "svcSubnet": "10.1.0.0/24", "meta": {"kubeconfig": "kubeconfig", "context": "restricted"}}]`)
-		err := p.CheckExisting(ctx, plan)
+		_, err = p.CheckExisting(ctx, plan)
 		if err == nil || !strings.Contains(err.Error(), `cluster "off": svcSubnet 10.1.0.0/24 stated in the topology does not contain 10.0.0.1/32`) || strings.Contains(err.Error(), `"ext"`) {
 			t.Errorf("error %v", err)
 		}
@@ -211,7 +220,7 @@ func TestIntegrationExistingChecks(t *testing.T) {
 	t.Run("stated subnets are checked", func(t *testing.T) {
 		plan := e.plan(t, "ex", `[{"clusterName": "ok", "network": "a", "podSubnet": "10.244.0.0/16,fd00:10:244::/56", "meta": {"kubeconfig": "kubeconfig", "context": "admin"}},
 			{"clusterName": "wrong", "network": "b", "podSubnet": "10.99.0.0/16", "meta": {"kubeconfig": "kubeconfig", "context": "admin"}}]`)
-		err := p.CheckExisting(ctx, plan)
+		_, err := p.CheckExisting(ctx, plan)
 		if err == nil || !strings.Contains(err.Error(), `cluster "wrong": podSubnet 10.99.0.0/16 stated in the topology does not contain 10.244.0.0/24`) || strings.Contains(err.Error(), `"ok"`) {
 			t.Fatalf("error %v", err)
 		}
@@ -246,9 +255,9 @@ func TestIntegrationExistingChecks(t *testing.T) {
 			{"clusterName": "powerless", "network": "n7", "meta": {"kubeconfig": "kubeconfig", "context": "powerless"}}
 		]`)
 		before := plan.Clusters[0]
-		err = p.CheckExisting(ctx, plan)
-		if err == nil {
-			t.Fatal("bad clusters passed their checks")
+		found, err := p.CheckExisting(ctx, plan)
+		if err == nil || found != nil {
+			t.Fatalf("bad clusters passed their checks (found %+v)", found)
 		}
 		t.Logf("the error a user sees:\n%v", err)
 		for _, w := range []string{
@@ -270,8 +279,8 @@ func TestIntegrationExistingChecks(t *testing.T) {
 		if lines := strings.Count(err.Error(), "\n  cluster "); lines != 6 {
 			t.Errorf("%d cluster messages, want one per bad cluster (6)", lines)
 		}
-		if plan.Clusters[0].Discovery != nil || before.Discovery != nil {
-			t.Error("a failed check changed the plan")
+		if !reflect.DeepEqual(plan.Clusters[0], before) {
+			t.Errorf("a failed check changed the plan: %+v, was %+v", plan.Clusters[0], before)
 		}
 	})
 }
@@ -417,7 +426,7 @@ func TestIntegrationUpMixedKindAndExisting(t *testing.T) {
 		t.Errorf("environment after down: %v, %v", cs, err)
 	}
 	// Now another environment may use it.
-	if err := env.p.CheckExisting(ctx, e.plan(t, "other", `[{"clusterName": "ext", "meta": {"kubeconfig": "kubeconfig", "context": "admin"}}]`)); err != nil {
+	if _, err := env.p.CheckExisting(ctx, e.plan(t, "other", `[{"clusterName": "ext", "meta": {"kubeconfig": "kubeconfig", "context": "admin"}}]`)); err != nil {
 		t.Errorf("after down, another environment: %v", err)
 	}
 }

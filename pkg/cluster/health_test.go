@@ -184,7 +184,7 @@ func TestUpHealsStaleRoutesAndSaysSo(t *testing.T) {
 func killedCreation(t *testing.T, e *env, plan *model.Plan, i int) {
 	t.Helper()
 	c := plan.Clusters[i]
-	if err := e.p.writeLocalRecord(model.Record{Env: plan.Env, Cluster: c, Version: version.String()}, true); err != nil {
+	if err := e.p.writeLocalRecord(model.Record{Env: plan.Env, Cluster: model.ClusterState{ClusterPlan: c}, Version: version.String()}, true); err != nil {
 		t.Fatal(err)
 	}
 	e.kind.add(c.KindName, plan.KindConfig(c))

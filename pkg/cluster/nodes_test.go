@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/meshctl/meshctl/pkg/testenv"
+	"github.com/meshctl/meshctl/internal/testenv"
 )
 
 // kubeconfigFor turns a rest.Config into the kubeconfig bytes that status

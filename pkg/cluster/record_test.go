@@ -31,7 +31,7 @@ func TestSetPools(t *testing.T) {
 		}
 		out := map[string]*model.Pools{}
 		for _, x := range all {
-			if x.Record == nil || len(model.Diff(x.Record.Cluster, plan.Clusters[map[bool]int{true: 1, false: 0}[x.KindName == kindName]])) != 0 {
+			if x.Record == nil || len(model.Diff(x.Record.Cluster.ClusterPlan, plan.Clusters[map[bool]int{true: 1, false: 0}[x.KindName == kindName]])) != 0 {
 				t.Fatalf("record of %s changed: %+v", x.KindName, x.Record)
 			}
 			out[x.KindName] = x.Record.Pools

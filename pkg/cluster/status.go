@@ -29,9 +29,9 @@ const (
 	EnvDegraded = "Degraded"
 )
 
-// ClusterStatus is one cluster's plan and live state.
+// ClusterStatus is one cluster as recorded and its live health.
 type ClusterStatus struct {
-	model.ClusterPlan
+	model.ClusterState
 	// LoadBalancerPools are the MetalLB address pools meshctl gave a kind
 	// cluster (on environments of several networks), as recorded: where
 	// the east-west gateway's address, and those of any LoadBalancer
@@ -70,7 +70,7 @@ func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusRes
 			es = append(es, e)
 		}
 	}
-	sort.Slice(es, func(i, j int) bool { return es[i].plan().Name < es[j].plan().Name })
+	sort.Slice(es, func(i, j int) bool { return es[i].state().Name < es[j].state().Name })
 	res := &StatusResult{Env: env, Clusters: make([]ClusterStatus, len(es)), Ready: len(es) > 0}
 	_ = parallel.ForEach(indexes(len(es)), func(i int) error {
 		res.Clusters[i] = p.clusterStatus(ctx, es[i])
@@ -102,21 +102,21 @@ func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusRes
 	return res, nil
 }
 
-// plan is the cluster's plan as recorded, complete or not.
-func (e Listed) plan() model.ClusterPlan {
+// state is the cluster as recorded, its creation complete or not.
+func (e Listed) state() model.ClusterState {
 	if e.Incomplete != nil {
 		return e.Incomplete.Cluster
 	}
 	if e.Record != nil {
 		return e.Record.Cluster
 	}
-	return model.ClusterPlan{Name: e.KindName, KindName: e.KindName}
+	return model.ClusterState{ClusterPlan: model.ClusterPlan{Name: e.KindName, KindName: e.KindName}}
 }
 
 func (p *Provider) clusterStatus(ctx context.Context, e Listed) ClusterStatus {
-	c := e.plan()
+	c := e.state()
 	fail := func(state, problem string) ClusterStatus {
-		return ClusterStatus{ClusterPlan: c, State: state, Problems: []string{problem}, Nodes: []NodeStatus{}, Error: problem}
+		return ClusterStatus{ClusterState: c, State: state, Problems: []string{problem}, Nodes: []NodeStatus{}, Error: problem}
 	}
 	switch e.State {
 	case StateMissing:
@@ -133,7 +133,8 @@ func (p *Provider) clusterStatus(ctx context.Context, e Listed) ClusterStatus {
 			return fail(StateStopped, fmt.Sprintf("node containers not running: %s (`meshctl up` starts them)", strings.Join(stopped, ", ")))
 		}
 	}
-	st := p.apiStatus(ctx, c)
+	st := p.apiStatus(ctx, c.ClusterPlan)
+	st.ClusterState = c
 	switch {
 	case st.Error != "":
 		st.State = StateNotReady
@@ -153,9 +154,10 @@ func (p *Provider) clusterStatus(ctx context.Context, e Listed) ClusterStatus {
 	return st
 }
 
-// apiStatus reads a cluster's nodes from its API server.
+// apiStatus reads a cluster's nodes from its API server: the live part of
+// its ClusterStatus.
 func (p *Provider) apiStatus(ctx context.Context, c model.ClusterPlan) ClusterStatus {
-	st := ClusterStatus{ClusterPlan: c, Nodes: []NodeStatus{}}
+	st := ClusterStatus{ClusterState: model.ClusterState{ClusterPlan: c}, Nodes: []NodeStatus{}}
 	var kc []byte
 	var err error
 	if c.Existing {

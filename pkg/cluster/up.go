@@ -75,7 +75,8 @@ type UpOption func(*upOptions)
 // UpWithRetain keeps clusters whose creation failed, for debugging.
 func UpWithRetain(b bool) UpOption { return func(o *upOptions) { o.retain = b } }
 
-// UpWithRecreate deletes and recreates clusters that differ from the plan.
+// UpWithRecreate deletes and recreates the kind clusters already there that
+// differ from the plan.
 func UpWithRecreate(b bool) UpOption { return func(o *upOptions) { o.recreate = b } }
 
 // UpWithWait waits up to d for each cluster's control plane to be Ready.
@@ -110,16 +111,21 @@ func (p *Provider) Up(ctx context.Context, plan *model.Plan, opts ...UpOption) (
 			return nil, err
 		}
 	}
+	discovered := map[string]*model.Discovery{}
 	if len(existingCs) > 0 {
 		status.Start("Checking existing clusters: " + meshNames(existingCs))
-		if err := p.CheckExisting(ctx, plan); err != nil {
+		found, err := p.CheckExisting(ctx, plan)
+		if err != nil {
 			status.End(false)
 			return nil, err
+		}
+		for _, c := range found {
+			discovered[c.Name] = c.Discovery
 		}
 	}
 
 	if len(kinds) > 0 {
-		status.Start("Inspecting existing kind clusters")
+		status.Start("Inspecting the kind clusters already there")
 	}
 	actions, healed, err := p.classify(ctx, plan, o.recreate)
 	if err != nil {
@@ -197,7 +203,7 @@ func (p *Provider) Up(ctx context.Context, plan *model.Plan, opts ...UpOption) (
 	status.Start("Writing kubeconfigs and registry settings")
 	err = parallel.ForEach(plan.Clusters, func(c model.ClusterPlan) error {
 		if c.Existing {
-			return p.adoptExisting(ctx, plan, c)
+			return p.adoptExisting(ctx, plan, model.ClusterState{ClusterPlan: c, Discovery: discovered[c.Name]})
 		}
 		if err := p.exportKubeconfigs(plan, c); err != nil {
 			return err
@@ -205,7 +211,7 @@ func (p *Provider) Up(ctx context.Context, plan *model.Plan, opts ...UpOption) (
 		// Clusters made by a meshctl that kept no local record get one:
 		// status can then tell when one goes missing.
 		if _, err := os.Stat(p.localRecordPath(plan.Env, c.Name)); errors.Is(err, os.ErrNotExist) {
-			if err := p.writeLocalRecord(model.Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC()}, false); err != nil {
+			if err := p.writeLocalRecord(model.Record{Env: plan.Env, Cluster: model.ClusterState{ClusterPlan: c}, Version: version.String(), CreatedAt: p.now().UTC()}, false); err != nil {
 				return err
 			}
 		}
@@ -275,7 +281,7 @@ func (p *Provider) classify(ctx context.Context, plan *model.Plan, recreate bool
 	}
 	if len(conflicts) > 0 {
 		sort.Strings(conflicts)
-		return nil, nil, fmt.Errorf("existing clusters differ from the plan (nothing was changed; rerun with --recreate to replace them, or `meshctl down` first):\n%s", strings.Join(conflicts, "\n"))
+		return nil, nil, fmt.Errorf("kind clusters already there differ from the plan (nothing was changed; rerun with --recreate to replace them, or `meshctl down` first):\n%s", strings.Join(conflicts, "\n"))
 	}
 	return actions, healed, nil
 }
@@ -306,7 +312,7 @@ func (p *Provider) classifyOne(ctx context.Context, plan *model.Plan, c model.Cl
 		// Never recreate another environment's cluster, even when asked to.
 		return "", "", fmt.Sprintf("  cluster %q: kind cluster %q belongs to environment %q; choose another --env or --name-prefix", c.Name, c.KindName, e.Record.Env), nil
 	}
-	diff := model.Diff(e.Record.Cluster, c)
+	diff := model.Diff(e.Record.Cluster.ClusterPlan, c)
 	switch {
 	case len(diff) == 0 && e.State == StateStopped:
 		return ActionHealed, "", "", nil // heal says which nodes it starts
@@ -418,7 +424,7 @@ func (p *Provider) createOne(plan *model.Plan, c model.ClusterPlan, wait time.Du
 	if err := os.MkdirAll(p.clusterDir(plan.Env, c.Name), 0o700); err != nil {
 		return fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
-	rec := model.Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC(), Pools: &model.Pools{}}
+	rec := model.Record{Env: plan.Env, Cluster: model.ClusterState{ClusterPlan: c}, Version: version.String(), CreatedAt: p.now().UTC(), Pools: &model.Pools{}}
 	// Before kind makes a container: a run killed from here on leaves a
 	// cluster that up and down know as this environment's, unfinished.
 	if err := p.writeLocalRecord(rec, true); err != nil {
@@ -479,8 +485,8 @@ func (p *Provider) LogsDir(env, cluster string) string {
 
 // adoptExisting makes an existing cluster part of the environment: its
 // kubeconfig copied for other steps, its claim and its local record.
-func (p *Provider) adoptExisting(ctx context.Context, plan *model.Plan, c model.ClusterPlan) error {
-	if err := p.exportKubeconfigs(plan, c); err != nil {
+func (p *Provider) adoptExisting(ctx context.Context, plan *model.Plan, c model.ClusterState) error {
+	if err := p.exportKubeconfigs(plan, c.ClusterPlan); err != nil {
 		return err
 	}
 	return p.recordExisting(ctx, model.Record{Env: plan.Env, Cluster: c, Version: version.String(), CreatedAt: p.now().UTC()})

@@ -88,7 +88,7 @@ func TestUpCreatesClustersInParallel(t *testing.T) {
 		// The record of the plan lives on the control-plane node.
 		var rec model.Record
 		raw, _ := fc.nodes[0].file(records.NodePath)
-		if err := json.Unmarshal(raw, &rec); err != nil || rec.Env != "default" || len(model.Diff(rec.Cluster, plan.Clusters[i])) != 0 {
+		if err := json.Unmarshal(raw, &rec); err != nil || rec.Env != "default" || len(model.Diff(rec.Cluster.ClusterPlan, plan.Clusters[i])) != 0 {
 			t.Errorf("%s: record %s (%v)", c.Name, raw, err)
 		}
 		// Every node pulls localhost:5000 from the registry container.

@@ -51,7 +51,7 @@ import (
 type Provider interface {
 	Up(ctx context.Context, plan *model.Plan, opts ...cluster.UpOption) (*cluster.UpResult, error)
 	Down(ctx context.Context, env string, opts ...cluster.DownOption) (*cluster.DownResult, error)
-	Environment(ctx context.Context, env string) ([]model.ClusterPlan, error)
+	Environment(ctx context.Context, env string) ([]model.ClusterState, error)
 	ClusterKubeconfig(ctx context.Context, c model.ClusterPlan, internal bool) ([]byte, error)
 	KubeconfigPath(env, name string, internal bool) string
 	Status(ctx context.Context, env, registry string) (*cluster.StatusResult, error)
@@ -333,10 +333,11 @@ func (m *Config) lock(ctx context.Context, env, verb string) (context.Context, f
 // the Service its remotes reach its istiod through; otherwise it does
 // nothing and says nothing.
 func (m *Config) gateways(ctx context.Context, env string) ([]gateway.ClusterResult, error) {
-	plans, err := m.p.Environment(ctx, env)
+	cs, err := m.p.Environment(ctx, env)
 	if err != nil {
 		return nil, err
 	}
+	plans := model.Plans(cs)
 	networks := map[string]bool{}
 	for _, c := range plans {
 		networks[c.Network] = true

@@ -57,8 +57,12 @@ func (f *fakeProvider) Down(_ context.Context, env string, opts ...cluster.DownO
 	return &cluster.DownResult{Env: env}, nil
 }
 
-func (f *fakeProvider) Environment(context.Context, string) ([]model.ClusterPlan, error) {
-	return f.clusters, nil
+func (f *fakeProvider) Environment(context.Context, string) ([]model.ClusterState, error) {
+	out := make([]model.ClusterState, len(f.clusters))
+	for i, c := range f.clusters {
+		out[i].ClusterPlan = c
+	}
+	return out, nil
 }
 
 func (f *fakeProvider) ClusterKubeconfig(context.Context, model.ClusterPlan, bool) ([]byte, error) {
@@ -180,7 +184,7 @@ func TestStepErrorKeepsWhatWasDone(t *testing.T) {
 // cluster, never an error.
 func TestUninstallRemovesTheImage(t *testing.T) {
 	kindCluster := func(name string, nodes ...string) cluster.ClusterStatus {
-		c := cluster.ClusterStatus{ClusterPlan: model.ClusterPlan{Name: name, KindName: "mt-" + name}, Ready: true}
+		c := cluster.ClusterStatus{ClusterState: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: name, KindName: "mt-" + name}}, Ready: true}
 		for _, n := range nodes {
 			c.Nodes = append(c.Nodes, cluster.NodeStatus{Name: "mt-" + name + "-" + n})
 		}
@@ -188,7 +192,7 @@ func TestUninstallRemovesTheImage(t *testing.T) {
 	}
 	unreadable := kindCluster("cluster4")
 	unreadable.Error = "connection refused"
-	existing := cluster.ClusterStatus{ClusterPlan: model.ClusterPlan{Name: "cluster3", Existing: true},
+	existing := cluster.ClusterStatus{ClusterState: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: "cluster3", Existing: true}},
 		Nodes: []cluster.NodeStatus{{Name: "cloud-node"}}}
 	p := &fakeProvider{dir: t.TempDir(), execFail: map[string]bool{"mt-cluster1-worker": true},
 		status: &cluster.StatusResult{Env: "mt", Clusters: []cluster.ClusterStatus{

@@ -121,7 +121,7 @@ func (d *Down) uninstallKept(ctx context.Context, env string) error {
 	var kept []model.ClusterPlan
 	for _, c := range cs {
 		if c.Existing || d.UninstallOnly {
-			kept = append(kept, c)
+			kept = append(kept, c.ClusterPlan)
 		}
 	}
 	if len(kept) == 0 {

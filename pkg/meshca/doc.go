@@ -26,5 +26,5 @@
 // what Istio and ztunnel issue and expect. NewTest makes a throwaway root
 // and intermediate for tests and benchmarks, and NewIssuer is the one way
 // meshctl makes a CA certificate (the root, the intermediates, the test
-// hierarchy, pkg/testenv's API server CA).
+// hierarchy, internal/testenv's API server CA).
 package meshca

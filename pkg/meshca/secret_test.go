@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/meshca"
-	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
 // TestIntegrationInstallSecret installs cacerts into a real kube-apiserver:

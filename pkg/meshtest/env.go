@@ -248,10 +248,11 @@ func reuse(ctx context.Context, p provider, cfg config, plan *model.Plan) (descr
 	if env == "" {
 		env = model.DefaultEnv
 	}
-	have, err := p.Environment(ctx, env)
+	cs, err := p.Environment(ctx, env)
 	if err != nil {
 		return description{}, fmt.Errorf("meshtest: reading environment %q to reuse: %w", env, err)
 	}
+	have := model.Plans(cs)
 	if err := match(env, plan, have); err != nil {
 		return description{}, err
 	}

@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/install/installer"
-	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
 // A suite on real clusters: a topology whose entries name existing clusters

@@ -13,9 +13,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/kind/pkg/log"
 
+	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
-	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
 // fakeProvider stands in for kind and Docker: its clusters are records in
@@ -67,13 +67,17 @@ func (f *fakeProvider) KubeconfigPath(env, name string, _ bool) string {
 	return filepath.Join(f.dir, env, name, "kubeconfig")
 }
 
-func (f *fakeProvider) Environment(_ context.Context, env string) ([]model.ClusterPlan, error) {
+func (f *fakeProvider) Environment(_ context.Context, env string) ([]model.ClusterState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if env != f.env {
 		return nil, nil
 	}
-	return append([]model.ClusterPlan(nil), f.clusters...), nil
+	out := make([]model.ClusterState, len(f.clusters))
+	for i, c := range f.clusters {
+		out[i].ClusterPlan = c
+	}
+	return out, nil
 }
 
 func (f *fakeProvider) ClusterKubeconfig(_ context.Context, want model.ClusterPlan, _ bool) ([]byte, error) {
@@ -95,7 +99,7 @@ func (f *fakeProvider) Status(_ context.Context, env, registry string) (*cluster
 	st := &cluster.StatusResult{Env: env, Ready: true}
 	for i, c := range f.clusters {
 		cidr := strings.Replace(c.PodSubnets[0], ".0.0/16", ".0.0/24", 1)
-		st.Clusters = append(st.Clusters, cluster.ClusterStatus{ClusterPlan: c, Ready: true, Nodes: []cluster.NodeStatus{{
+		st.Clusters = append(st.Clusters, cluster.ClusterStatus{ClusterState: model.ClusterState{ClusterPlan: c}, Ready: true, Nodes: []cluster.NodeStatus{{
 			Name: c.KindName + "-control-plane", Role: "control-plane", Ready: true,
 			IPs: []string{fmt.Sprintf("172.18.0.%d", i+2)}, PodCIDRs: []string{cidr},
 		}}})
@@ -118,7 +122,7 @@ func (f *fakeProvider) List(context.Context) ([]cluster.Listed, error) {
 	defer f.mu.Unlock()
 	var out []cluster.Listed
 	for _, c := range f.clusters {
-		rec := &model.Record{Env: f.env, Cluster: c, Pools: &model.Pools{}}
+		rec := &model.Record{Env: f.env, Cluster: model.ClusterState{ClusterPlan: c}, Pools: &model.Pools{}}
 		if p, ok := f.pools[c.KindName]; ok {
 			rec.Pools = p
 		}

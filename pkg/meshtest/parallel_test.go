@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
-	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
 // TestIntegrationParallelProcesses runs a suite (testdata/parallel) with the

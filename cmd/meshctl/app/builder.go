@@ -78,5 +78,5 @@ func (g *globals) environmentPlan(cmd *cobra.Command) (*model.Plan, error) {
 	if len(cs) == 0 {
 		return nil, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
 	}
-	return &model.Plan{Env: env, Clusters: cs}, nil
+	return &model.Plan{Env: env, Clusters: model.Plans(cs)}, nil
 }

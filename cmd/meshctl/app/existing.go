@@ -30,7 +30,7 @@ func kindConfigOf(p *model.Plan, c model.ClusterPlan) *v1alpha4.Cluster {
 }
 
 // describeCluster says what a cluster is, for status.
-func describeCluster(c model.ClusterPlan) string {
+func describeCluster(c model.ClusterState) string {
 	if !c.Existing {
 		return "kind cluster " + c.KindName
 	}
@@ -70,7 +70,7 @@ func printUninstalled(w io.Writer, us []cluster.Uninstalled) {
 }
 
 // printDiscovery says where an existing cluster's subnets come from.
-func printDiscovery(w io.Writer, c model.ClusterPlan) {
+func printDiscovery(w io.Writer, c model.ClusterState) {
 	if d := c.Discovery; d != nil {
 		fmt.Fprintf(w, "  pods from %s; services from %s\n", d.PodSubnetsFrom, d.ServiceSubnetsFrom)
 	}

@@ -59,13 +59,13 @@ func printStatus(w io.Writer, r *cluster.StatusResult) error {
 		fmt.Fprintf(w, "Registry %s: %s\n", r.Registry.Name, map[bool]string{true: "running", false: "stopped"}[r.Registry.Running])
 	}
 	for _, c := range r.Clusters {
-		fmt.Fprintf(w, "\n%s (%s): %s\n", c.Name, describeCluster(c.ClusterPlan), clusterState(c))
+		fmt.Fprintf(w, "\n%s (%s): %s\n", c.Name, describeCluster(c.ClusterState), clusterState(c))
 		fmt.Fprintf(w, "  network %s, roles %s, pods %s, services %s\n", c.Network, strings.Join(c.Roles, ","),
 			strings.Join(c.PodSubnets, ","), strings.Join(c.ServiceSubnets, ","))
 		if lb := c.LoadBalancerPools; lb != nil {
 			fmt.Fprintf(w, "  load-balancer pools %s (MetalLB, docker network %s)\n", strings.Join(lb.CIDRs, ","), lb.DockerNetwork)
 		}
-		printDiscovery(w, c.ClusterPlan)
+		printDiscovery(w, c.ClusterState)
 		for _, p := range c.Problems {
 			fmt.Fprintf(w, "  problem: %s\n", p)
 		}

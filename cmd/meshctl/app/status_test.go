@@ -19,10 +19,10 @@ func statusFixture() *cluster.StatusResult {
 		Problems: []string{`cluster "cluster2": API server unreachable: Get "https://127.0.0.1:40002/api/v1/nodes": connection refused`},
 		Clusters: []cluster.ClusterStatus{
 			{
-				ClusterPlan: model.ClusterPlan{Name: "cluster1", KindName: "dev-cluster1", Network: "network-1", Roles: []string{"primary", "config"},
+				ClusterState: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: "cluster1", KindName: "dev-cluster1", Network: "network-1", Roles: []string{"primary", "config"},
 					PrimaryClusterName: "cluster1", ConfigClusterName: "cluster1", IPFamily: "dual",
 					PodSubnets: []string{"10.10.0.0/16", "fd00:10:10::/56"}, ServiceSubnets: []string{"10.255.10.0/24", "fd00:10:255:10::/112"},
-					ControlPlanes: 1, Workers: 1, Image: "meshctl/node:v1.34.4"},
+					ControlPlanes: 1, Workers: 1, Image: "meshctl/node:v1.34.4"}},
 				LoadBalancerPools: &model.Pools{DockerNetwork: "kind", CIDRs: []string{"172.18.255.224/28", "fc00:f853:ccd:e793:ffff:ffff:ffff:ffe0/124"}},
 				Ready:             true,
 				State:             cluster.StateRunning,
@@ -32,9 +32,9 @@ func statusFixture() *cluster.StatusResult {
 				},
 			},
 			{
-				ClusterPlan: model.ClusterPlan{Name: "cluster2", KindName: "dev-cluster2", Network: "network-2", Roles: []string{"primary", "config"},
+				ClusterState: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: "cluster2", KindName: "dev-cluster2", Network: "network-2", Roles: []string{"primary", "config"},
 					PrimaryClusterName: "cluster2", ConfigClusterName: "cluster2", IPFamily: "ipv4",
-					PodSubnets: []string{"10.20.0.0/16"}, ServiceSubnets: []string{"10.255.20.0/24"}, ControlPlanes: 1, Image: "meshctl/node:v1.34.4"},
+					PodSubnets: []string{"10.20.0.0/16"}, ServiceSubnets: []string{"10.255.20.0/24"}, ControlPlanes: 1, Image: "meshctl/node:v1.34.4"}},
 				LoadBalancerPools: &model.Pools{DockerNetwork: "kind", CIDRs: []string{"172.18.255.208/28"}},
 				Nodes:             []cluster.NodeStatus{},
 				State:             cluster.StateNotReady,
@@ -42,10 +42,10 @@ func statusFixture() *cluster.StatusResult {
 				Error:             "Get \"https://127.0.0.1:40002/api/v1/nodes\": connection refused",
 			},
 			{
-				ClusterPlan: model.ClusterPlan{Name: "cluster3", Network: "network-3", Roles: []string{"primary", "config"},
+				ClusterState: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: "cluster3", Network: "network-3", Roles: []string{"primary", "config"},
 					PrimaryClusterName: "cluster3", ConfigClusterName: "cluster3", IPFamily: "ipv4",
 					PodSubnets: []string{"10.30.0.0/16"}, ServiceSubnets: []string{"10.96.0.0/16"},
-					Existing: true, Kubeconfig: "/home/dev/.kube/config", Context: "cloud",
+					Existing: true, Kubeconfig: "/home/dev/.kube/config", Context: "cloud"},
 					Discovery: &model.Discovery{Server: "https://203.0.113.10:6443", Version: "v1.33.2", Nodes: 1,
 						PodSubnetsFrom: "nodes' podCIDRs", ServiceSubnetsFrom: "ServiceCIDR kubernetes"}},
 				Ready: true,

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
 
 // topologyOptions are topology's flags.
@@ -42,7 +44,7 @@ test that runs in a container on that network.`,
 			if len(cs) == 0 {
 				return fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
 			}
-			t, err := p.IstioTopology(env, cs, o.Internal)
+			t, err := p.IstioTopology(env, model.Plans(cs), o.Internal)
 			if err != nil {
 				return err
 			}

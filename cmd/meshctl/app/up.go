@@ -98,7 +98,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 	f.stringVar(&o.NamePrefix, "name-prefix", "", `prefix of kind cluster names (default "<env>-", none for the default environment)`)
 	f.boolVar(&o.DryRun, "dry-run", false, "print the plan, including each cluster's kind config, and create nothing")
 	f.boolVar(&o.Retain, "retain", false, "keep clusters whose creation failed, for debugging")
-	f.boolVar(&o.Recreate, "recreate", false, "delete and recreate existing clusters that differ from the plan")
+	f.boolVar(&o.Recreate, "recreate", false, "delete and recreate kind clusters already there that differ from the plan")
 	f.durationVar(&o.Wait, "wait", cluster.DefaultWait, "how long to wait for each control plane to be Ready")
 	f.boolVar(&o.Connect, "connect", true, "route pods and services between clusters on the same network, and give clusters on different networks MetalLB and an east-west gateway (as meshctl connect does)")
 	f.boolVar(&o.Cacerts, "cacerts", true, "give each cluster its intermediate of the environment's shared root CA (istio-system/cacerts; files as meshctl ca makes them)")

@@ -89,13 +89,12 @@ type ClusterPlan struct {
 	// meta.kubeconfig: meshctl checks it, uses it and uninstalls what it put
 	// there, and never creates or deletes it. It has no kind name, image or
 	// node counts; its subnets and IP family are discovered from its API
-	// server by Up (Discovery says from where), not defaulted.
+	// server by Up (ClusterState.Discovery says from where), not defaulted.
 	Existing bool `json:"existing,omitempty"`
 	// Kubeconfig (absolute) and Context locate an existing cluster.
-	Kubeconfig         string     `json:"kubeconfig,omitempty"`
-	Context            string     `json:"context,omitempty"`
-	PodNetworkRoutable bool       `json:"podNetworkRoutable,omitempty"`
-	Discovery          *Discovery `json:"discovery,omitempty"`
+	Kubeconfig         string `json:"kubeconfig,omitempty"`
+	Context            string `json:"context,omitempty"`
+	PodNetworkRoutable bool   `json:"podNetworkRoutable,omitempty"`
 }
 
 // NewPlan defaults and validates a Request. Every problem found is reported

@@ -8,12 +8,13 @@ import (
 	"time"
 )
 
-// Record is what meshctl writes on a cluster it created.
+// Record is what meshctl writes on a cluster it created (and, locally, of
+// an existing cluster it uses).
 type Record struct {
-	Env       string      `json:"env"`
-	Cluster   ClusterPlan `json:"cluster"`
-	Version   string      `json:"meshctlVersion"`
-	CreatedAt time.Time   `json:"createdAt"`
+	Env       string       `json:"env"`
+	Cluster   ClusterState `json:"cluster"`
+	Version   string       `json:"meshctlVersion"`
+	CreatedAt time.Time    `json:"createdAt"`
 	// Pools are the MetalLB address pools pkg/connect/gateway gave the
 	// cluster. They live in the record because every meshctl on the machine
 	// reads every kind cluster's record anyway (List): that is how an

@@ -22,7 +22,7 @@ import (
 // Source gives an environment's clusters and their kubeconfigs;
 // cluster.Provider is one.
 type Source interface {
-	Environment(ctx context.Context, env string) ([]model.ClusterPlan, error)
+	Environment(ctx context.Context, env string) ([]model.ClusterState, error)
 	ClusterKubeconfig(ctx context.Context, c model.ClusterPlan, internal bool) ([]byte, error)
 }
 
@@ -268,7 +268,7 @@ func (c *Checker) resolve(ctx context.Context, env string) ([]*run, error) {
 	}
 	runs := make([]*run, len(cs))
 	for i, p := range cs {
-		runs[i] = &run{plan: p}
+		runs[i] = &run{plan: p.ClusterPlan}
 	}
 	err = parallel.ForEach(runs, func(r *run) error {
 		kc, err := c.source.ClusterKubeconfig(ctx, r.plan, false)

@@ -13,14 +13,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
-	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
 type oneCluster struct{ kubeconfig []byte }
 
-func (s oneCluster) Environment(context.Context, string) ([]model.ClusterPlan, error) {
-	return []model.ClusterPlan{{Name: "c1", KindName: "it-c1", Network: "network-1"}}, nil
+func (s oneCluster) Environment(context.Context, string) ([]model.ClusterState, error) {
+	return []model.ClusterState{{ClusterPlan: model.ClusterPlan{Name: "c1", KindName: "it-c1", Network: "network-1"}}}, nil
 }
 
 func (s oneCluster) ClusterKubeconfig(context.Context, model.ClusterPlan, bool) ([]byte, error) {

@@ -14,8 +14,11 @@ import (
 // kubeconfig cannot be read), one whose API server refuses connections.
 type partialEnv struct{ server string }
 
-func (partialEnv) Environment(context.Context, string) ([]model.ClusterPlan, error) {
-	return []model.ClusterPlan{{Name: "c1", KindName: "c1", Network: "network-1"}, {Name: "c2", KindName: "c2", Network: "network-1"}}, nil
+func (partialEnv) Environment(context.Context, string) ([]model.ClusterState, error) {
+	return []model.ClusterState{
+		{ClusterPlan: model.ClusterPlan{Name: "c1", KindName: "c1", Network: "network-1"}},
+		{ClusterPlan: model.ClusterPlan{Name: "c2", KindName: "c2", Network: "network-1"}},
+	}, nil
 }
 
 func (s partialEnv) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, _ bool) ([]byte, error) {

@@ -47,7 +47,7 @@ type recordsOnly struct {
 	}
 }
 
-func (r recordsOnly) Environment(context.Context, string) ([]model.ClusterPlan, error) {
+func (r recordsOnly) Environment(context.Context, string) ([]model.ClusterState, error) {
 	return nil, fmt.Errorf("not here")
 }
 func (r recordsOnly) ClusterKubeconfig(context.Context, model.ClusterPlan, bool) ([]byte, error) {

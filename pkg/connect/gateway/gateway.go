@@ -26,7 +26,7 @@ const DefaultTimeout = 5 * time.Minute
 // every cluster on the machine with meshctl's record of it, where each kind
 // cluster's load-balancer pools are recorded; cluster.Provider is one.
 type Source interface {
-	Environment(ctx context.Context, env string) ([]model.ClusterPlan, error)
+	Environment(ctx context.Context, env string) ([]model.ClusterState, error)
 	ClusterKubeconfig(ctx context.Context, c model.ClusterPlan, internal bool) ([]byte, error)
 	List(ctx context.Context) ([]cluster.Listed, error)
 	SetPools(ctx context.Context, kindName string, pools *model.Pools) error
@@ -193,10 +193,11 @@ type target struct {
 // is idempotent: a rerun applies the same objects (server-side apply, so
 // nothing changes) and reports the same addresses.
 func (i *Installer) Install(ctx context.Context, env string) (*Result, error) {
-	plans, err := i.source.Environment(ctx, env)
+	cs, err := i.source.Environment(ctx, env)
 	if err != nil {
 		return nil, err
 	}
+	plans := model.Plans(cs)
 	if len(plans) == 0 {
 		return nil, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
 	}

@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
-	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
 // machine holds meshctl's records of every kind cluster on a machine, as
@@ -57,7 +57,7 @@ func (m *machine) addRecords(env string, pools *model.Pools, plans ...model.Clus
 		if p.Existing {
 			name = "existing/" + env + "/" + p.Name // an existing cluster's record is local
 		}
-		m.records[name] = model.Record{Env: env, Cluster: p, Pools: pools}
+		m.records[name] = model.Record{Env: env, Cluster: model.ClusterState{ClusterPlan: p}, Pools: pools}
 	}
 }
 
@@ -123,8 +123,12 @@ func newEnvSource(m *machine, env string, configs map[string]*rest.Config, plans
 	return &envSource{machine: m, plans: plans, configs: configs}
 }
 
-func (s *envSource) Environment(context.Context, string) ([]model.ClusterPlan, error) {
-	return s.plans, nil
+func (s *envSource) Environment(context.Context, string) ([]model.ClusterState, error) {
+	out := make([]model.ClusterState, len(s.plans))
+	for i, p := range s.plans {
+		out[i].ClusterPlan = p
+	}
+	return out, nil
 }
 
 func (s *envSource) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, _ bool) ([]byte, error) {

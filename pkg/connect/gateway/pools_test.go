@@ -222,10 +222,10 @@ func TestHolders(t *testing.T) {
 	t.Parallel()
 	rec := func(env, name, network string, pools *model.Pools) cluster.Listed {
 		return cluster.Listed{KindName: env + "-" + name, Record: &model.Record{Env: env,
-			Cluster: model.ClusterPlan{Name: name, KindName: env + "-" + name, Network: network}, Pools: pools}}
+			Cluster: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: name, KindName: env + "-" + name, Network: network}}, Pools: pools}}
 	}
 	recorded := func(cidrs ...string) *model.Pools { return &model.Pools{DockerNetwork: "kind", CIDRs: cidrs} }
-	existing := cluster.Listed{Record: &model.Record{Env: "old", Cluster: model.ClusterPlan{Name: "a-cloud", Network: "n2", Existing: true}}}
+	existing := cluster.Listed{Record: &model.Record{Env: "old", Cluster: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: "a-cloud", Network: "n2", Existing: true}}}}
 	all := []cluster.Listed{
 		rec("new", "c1", "n1", recorded("172.18.255.224/28", "fc00::ffff:ffff:ffff:ffe0/124")),
 		rec("new", "c2", "n2", recorded("172.18.255.208/28")),

@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
-	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
 // envSource serves two testenv API servers as an environment. The internal
@@ -27,8 +27,12 @@ type envSource struct {
 	broken      string // a cluster whose kubeconfig cannot be read
 }
 
-func (s *envSource) Environment(context.Context, string) ([]model.ClusterPlan, error) {
-	return s.clusters, nil
+func (s *envSource) Environment(context.Context, string) ([]model.ClusterState, error) {
+	out := make([]model.ClusterState, len(s.clusters))
+	for i, c := range s.clusters {
+		out[i].ClusterPlan = c
+	}
+	return out, nil
 }
 
 func (s *envSource) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, _ bool) ([]byte, error) {

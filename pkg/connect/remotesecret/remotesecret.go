@@ -20,7 +20,7 @@ import (
 // Source gives an environment's clusters and their kubeconfigs;
 // cluster.Provider is one.
 type Source interface {
-	Environment(ctx context.Context, env string) ([]model.ClusterPlan, error)
+	Environment(ctx context.Context, env string) ([]model.ClusterState, error)
 	// ClusterKubeconfig is an admin kubeconfig; internal selects the one
 	// whose server is the address other clusters use (the kind network).
 	ClusterKubeconfig(ctx context.Context, c model.ClusterPlan, internal bool) ([]byte, error)
@@ -231,7 +231,7 @@ func (m *Manager) clusters(ctx context.Context, env string) ([]model.ClusterPlan
 	if len(cs) == 0 {
 		return nil, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
 	}
-	return cs, nil
+	return model.Plans(cs), nil
 }
 
 // resolve reads, concurrently, a client for every cluster involved and the

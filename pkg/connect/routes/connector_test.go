@@ -44,9 +44,9 @@ func status(withWorkerCIDR bool) *cluster.StatusResult {
 		worker.PodCIDRs = []string{"10.20.1.0/24"}
 	}
 	return &cluster.StatusResult{Env: "e", Clusters: []cluster.ClusterStatus{
-		{ClusterPlan: model.ClusterPlan{Name: "c1", KindName: "e-c1", Network: "n1", ServiceSubnets: []string{"10.255.10.0/24"}},
+		{ClusterState: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: "c1", KindName: "e-c1", Network: "n1", ServiceSubnets: []string{"10.255.10.0/24"}}},
 			Nodes: []cluster.NodeStatus{{Name: "c1-control-plane", Role: "control-plane", IPs: []string{"172.18.0.2"}, PodCIDRs: []string{"10.10.0.0/24"}}}},
-		{ClusterPlan: model.ClusterPlan{Name: "c2", KindName: "e-c2", Network: "n1", ServiceSubnets: []string{"10.255.20.0/24"}},
+		{ClusterState: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: "c2", KindName: "e-c2", Network: "n1", ServiceSubnets: []string{"10.255.20.0/24"}}},
 			Nodes: []cluster.NodeStatus{{Name: "c2-control-plane", Role: "control-plane", IPs: []string{"172.18.0.3"}, PodCIDRs: []string{"10.20.0.0/24"}}, worker}},
 	}}
 }

@@ -17,10 +17,10 @@ func TestFromStatusLeavesExistingClustersOut(t *testing.T) {
 		return cluster.NodeStatus{Name: name, Role: "control-plane", IPs: []string{ip}, PodCIDRs: []string{cidr}}
 	}
 	st := &cluster.StatusResult{Clusters: []cluster.ClusterStatus{
-		{ClusterPlan: model.ClusterPlan{Name: "a", KindName: "a", Network: "n", ServiceSubnets: []string{"10.255.10.0/24"}}, Nodes: []cluster.NodeStatus{node("a-control-plane", "172.18.0.2", "10.10.0.0/24")}},
-		{ClusterPlan: model.ClusterPlan{Name: "b", KindName: "b", Network: "n", ServiceSubnets: []string{"10.255.20.0/24"}}, Nodes: []cluster.NodeStatus{node("b-control-plane", "172.18.0.3", "10.20.0.0/24")}},
-		{ClusterPlan: model.ClusterPlan{Name: "ext", Existing: true, PodNetworkRoutable: true, Network: "n", ServiceSubnets: []string{"10.96.0.0/12"}}, Nodes: []cluster.NodeStatus{node("gke-node", "10.0.0.5", "10.4.0.0/24")}},
-		{ClusterPlan: model.ClusterPlan{Name: "down", Existing: true, Network: "far"}, Error: "connection refused"},
+		{ClusterState: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: "a", KindName: "a", Network: "n", ServiceSubnets: []string{"10.255.10.0/24"}}}, Nodes: []cluster.NodeStatus{node("a-control-plane", "172.18.0.2", "10.10.0.0/24")}},
+		{ClusterState: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: "b", KindName: "b", Network: "n", ServiceSubnets: []string{"10.255.20.0/24"}}}, Nodes: []cluster.NodeStatus{node("b-control-plane", "172.18.0.3", "10.20.0.0/24")}},
+		{ClusterState: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: "ext", Existing: true, PodNetworkRoutable: true, Network: "n", ServiceSubnets: []string{"10.96.0.0/12"}}}, Nodes: []cluster.NodeStatus{node("gke-node", "10.0.0.5", "10.4.0.0/24")}},
+		{ClusterState: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: "down", Existing: true, Network: "far"}}, Error: "connection refused"},
 	}}
 	cs, err := FromStatus(st)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/meshctl/meshctl/pkg/testenv"
+	"github.com/meshctl/meshctl/internal/testenv"
 )
 
 // kubeconfigFor writes a kubeconfig for cfg, as meshctl's artifacts hold one

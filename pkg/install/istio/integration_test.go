@@ -12,10 +12,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/install/installer"
 	"github.com/meshctl/meshctl/pkg/install/values"
-	"github.com/meshctl/meshctl/pkg/testenv"
 )
 
 func kubeconfigFor(t *testing.T, cfg *rest.Config) string {

@@ -170,34 +170,35 @@ func apiError(c model.ClusterPlan, server string, err error) error {
 // Check checks one existing cluster — kubeconfig readable, context present,
 // API server reachable, credentials accepted and allowed what meshctl does,
 // Kubernetes recent enough, not claimed by another environment — and
-// returns its plan with the subnets and IP family it discovered.
-func Check(ctx context.Context, env string, c model.ClusterPlan) (model.ClusterPlan, error) {
+// returns what it found: the plan completed with the subnets and IP family
+// the API server reported, and the Discovery that says from where.
+func Check(ctx context.Context, env string, c model.ClusterPlan) (model.ClusterState, error) {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	cs, rc, err := Client(c)
 	if err != nil {
-		return c, err
+		return model.ClusterState{}, err
 	}
 	info, err := cs.Discovery().ServerVersion()
 	if err != nil {
-		return c, apiError(c, rc.Host, err)
+		return model.ClusterState{}, apiError(c, rc.Host, err)
 	}
 	have, err := utilversion.ParseGeneric(info.GitVersion)
 	if err != nil {
-		return c, fmt.Errorf("API server %s reports an unreadable version %q: %w", rc.Host, info.GitVersion, err)
+		return model.ClusterState{}, fmt.Errorf("API server %s reports an unreadable version %q: %w", rc.Host, info.GitVersion, err)
 	}
 	if have.LessThan(utilversion.MustParseGeneric(MinKubernetesVersion)) {
-		return c, fmt.Errorf("API server %s runs Kubernetes %s; meshctl needs %s or newer", rc.Host, info.GitVersion, MinKubernetesVersion)
+		return model.ClusterState{}, fmt.Errorf("API server %s runs Kubernetes %s; meshctl needs %s or newer", rc.Host, info.GitVersion, MinKubernetesVersion)
 	}
 	if err := checkAccess(ctx, cs, c); err != nil {
-		return c, err
+		return model.ClusterState{}, err
 	}
 	if err := CheckClaim(ctx, cs, env, c.Name); err != nil {
-		return c, err
+		return model.ClusterState{}, err
 	}
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return c, fmt.Errorf("listing nodes: %w", err)
+		return model.ClusterState{}, fmt.Errorf("listing nodes: %w", err)
 	}
 	d := &model.Discovery{Server: rc.Host, Version: info.GitVersion, Nodes: len(nodes.Items)}
 	var podCIDRs []string
@@ -217,11 +218,11 @@ func Check(ctx context.Context, env string, c model.ClusterPlan) (model.ClusterP
 	sort.Strings(podCIDRs)
 	if c.PodSubnets, d.PodSubnetsFrom, err = reconcile("podSubnet", c.PodSubnets, podCIDRs, fmt.Sprintf("nodes' spec.podCIDRs (%d nodes)", len(nodes.Items)),
 		"unknown: no node has spec.podCIDRs (the cluster's CNI assigns pod addresses itself); state podSubnet in the topology to declare them"); err != nil {
-		return c, err
+		return model.ClusterState{}, err
 	}
 	svc, from, inferred, err := serviceCIDRs(ctx, cs)
 	if err != nil {
-		return c, err
+		return model.ClusterState{}, err
 	}
 	if inferred && len(c.ServiceSubnets) > 0 {
 		// An inferred range is an upper bound: a stated one need
@@ -235,11 +236,10 @@ func Check(ctx context.Context, env string, c model.ClusterPlan) (model.ClusterP
 	}
 	d.ServiceSubnetsInferred = inferred && len(c.ServiceSubnets) == 0
 	if c.ServiceSubnets, d.ServiceSubnetsFrom, err = reconcile("svcSubnet", c.ServiceSubnets, svc, from, ""); err != nil {
-		return c, err
+		return model.ClusterState{}, err
 	}
 	c.IPFamily = model.FamilyOf(append(append([]string{}, c.PodSubnets...), c.ServiceSubnets...))
-	c.Discovery = d
-	return c, nil
+	return model.ClusterState{ClusterPlan: c, Discovery: d}, nil
 }
 
 // checkAccess asks the API server whether the context may do what meshctl

@@ -18,7 +18,7 @@ func TestLocalRecordsRoundTrip(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	rec := model.Record{Env: "e", Version: "v", CreatedAt: time.Unix(1, 0).UTC(),
-		Cluster: model.ClusterPlan{Name: "c1", KindName: "e-c1", Network: "network-1"}}
+		Cluster: model.ClusterState{ClusterPlan: model.ClusterPlan{Name: "c1", KindName: "e-c1", Network: "network-1"}}}
 	kind := filepath.Join(dir, "e", "c1", LocalFile)
 	if err := WriteLocal(kind, rec, true); err != nil {
 		t.Fatal(err)
@@ -46,7 +46,8 @@ func TestLocalRecordsRoundTrip(t *testing.T) {
 	}
 
 	ext := rec
-	ext.Cluster = model.ClusterPlan{Name: "ext", Existing: true, Kubeconfig: "/k"}
+	ext.Cluster = model.ClusterState{ClusterPlan: model.ClusterPlan{Name: "ext", Existing: true, Kubeconfig: "/k"},
+		Discovery: &model.Discovery{Server: "https://10.0.0.1:6443", Version: "v1.33.2", Nodes: 1}}
 	path := filepath.Join(dir, "e", "ext", ExistingFile)
 	if err := WriteExisting(path, ext); err != nil {
 		t.Fatal(err)

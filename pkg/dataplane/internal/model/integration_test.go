@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/meshctl/meshctl/pkg/testenv"
+	"github.com/meshctl/meshctl/internal/testenv"
 )
 
 func kubeconfigFor(t *testing.T, name string, cfg *rest.Config) []byte {

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/meshctl/meshctl/pkg/testenv"
+	"github.com/meshctl/meshctl/internal/testenv"
 )
 
 func TestIntegration(t *testing.T) {
