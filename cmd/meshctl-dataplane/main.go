@@ -10,9 +10,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/meshctl/meshctl/internal/dataplanecmd"
 	"github.com/meshctl/meshctl/pkg/dataplane"
-	"github.com/meshctl/meshctl/pkg/dataplane/cniplugin"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/cniplugin"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/dataplanecmd"
 )
 
 func main() {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/meshctl/meshctl/cmd/meshctl/app"
 	"github.com/meshctl/meshctl/pkg/dataplane"
-	"github.com/meshctl/meshctl/pkg/dataplane/cniplugin"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/cniplugin"
 )
 
 func main() {

@@ -3,7 +3,7 @@ package app
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/meshctl/meshctl/internal/dataplanecmd"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/dataplanecmd"
 )
 
 // The dataplane image runs these entry points; they are hidden because

@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshctl/meshctl/pkg/dataplane"
-	"github.com/meshctl/meshctl/pkg/dataplane/probesnat"
-	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
-	"github.com/meshctl/meshctl/pkg/dataplane/zds"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/probesnat"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/redirect"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/zds"
 )
 
 // Redirector sets up and tears down the in-pod redirection in one netns.

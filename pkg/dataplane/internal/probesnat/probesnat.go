@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/nftutil"
-	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/redirect"
 )
 
 // DefaultTable names the node-side table.

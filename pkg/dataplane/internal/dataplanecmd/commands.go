@@ -19,12 +19,12 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs/istioca"
-	"github.com/meshctl/meshctl/pkg/dataplane/csr"
-	"github.com/meshctl/meshctl/pkg/dataplane/installcni"
-	"github.com/meshctl/meshctl/pkg/dataplane/nodeagent"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/csr"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/installcni"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/nodeagent"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/signer"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/zds"
 	"github.com/meshctl/meshctl/pkg/dataplane/proxy"
-	"github.com/meshctl/meshctl/pkg/dataplane/signer"
-	"github.com/meshctl/meshctl/pkg/dataplane/zds"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 

@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshctl/meshctl/pkg/dataplane"
-	"github.com/meshctl/meshctl/pkg/dataplane/csr"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/csr"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
