@@ -12,8 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 )
 
 // Defaults from DESIGN.md (ztunnel's values).
@@ -77,7 +77,7 @@ func withNoInline(on bool) Option { return func(c *config) { c.noInline = on } }
 
 func newConfig(opts []Option) config {
 	c := config{
-		trustDomain:      dataplane.DefaultTrustDomain,
+		trustDomain:      ambient.DefaultTrustDomain,
 		upstreamTimeout:  defaultUpstreamTimeout,
 		connectTimeout:   defaultConnectTimeout,
 		handshakeTimeout: defaultHandshakeTimeout,

@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/meshctl/meshctl/pkg/dataplane"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/probesnat"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/redirect"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/zds"
@@ -124,8 +124,8 @@ func WithLogger(l *slog.Logger) Option { return func(a *Agent) { a.log = l } }
 func New(opts ...Option) *Agent {
 	a := &Agent{
 		node:         os.Getenv("NODE_NAME"),
-		excluded:     dataplane.DefaultExcludedNamespaces,
-		pluginSocket: dataplane.DefaultAgentSocket,
+		excluded:     ambient.DefaultExcludedNamespaces,
+		pluginSocket: ambient.DefaultAgentSocket,
 		zdsSocket:    zds.DefaultSocketPath,
 		stateDir:     "/var/run/meshctl/agent",
 		procRoot:     "/proc",
