@@ -34,9 +34,6 @@ type SNAT struct {
 // Option configures a SNAT.
 type Option func(*SNAT)
 
-// WithTable names the nftables table (inet family).
-func WithTable(name string) Option { return func(s *SNAT) { s.table = name } }
-
 // WithNetns works in netns instead of the caller's (tests, or an agent
 // that is not itself in the host netns).
 func WithNetns(f *os.File) Option { return func(s *SNAT) { s.netns = f } }
