@@ -185,7 +185,7 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 			if *clusterName == "" {
 				return errors.New("--cluster is empty: istiod authenticates the proxy's token against its cluster by name")
 			}
-			roots, err := caRootSource(*caRoot, firstNonEmpty(os.Getenv("POD_NAMESPACE"), "istio-system"), cs)
+			roots, err := caRootSource(*caRoot, firstNonEmpty(os.Getenv("POD_NAMESPACE"), ambient.DefaultSystemNamespace), cs)
 			if err != nil {
 				return err
 			}
@@ -216,7 +216,7 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 // meshctl's signer (which chains to the mesh root whichever CA issues the
 // workloads'): istiod's CA lets only node accounts ask for an identity.
 func gatewayCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
-	trustDomain := fs.String("trust-domain", "cluster.local", "the mesh trust domain")
+	trustDomain := fs.String("trust-domain", ambient.DefaultTrustDomain, "the mesh trust domain")
 	listen := fs.String("listen", ":15008", "where tunnels from other networks arrive (HBONE)")
 	certTTL := fs.Duration("cert-ttl", 24*time.Hour, "requested certificate lifetime")
 	admin := fs.String("admin-addr", "127.0.0.1:15000", "admin server (/config_dump): keep it on localhost")
@@ -225,7 +225,7 @@ func gatewayCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error 
 	clusterName := fs.String("cluster", "Kubernetes", "this cluster's name in the mesh (Istio's clusterName)")
 	network := fs.String("network", "", "the network this gateway leads into (Istio's global.network)")
 	systemNS := fs.String("system-namespace", "", "namespace of the remote secrets (default: $POD_NAMESPACE, else istio-system)")
-	exclude := newList(fs, "exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed, as the node agent's (comma-separated)")
+	exclude := newList(fs, "exclude-namespaces", ambient.DefaultExcludedNamespaces, "namespaces whose pods are never meshed, as the node agent's (comma-separated)")
 	podName := fs.String("pod-name", "", "this Pod's name (default: $POD_NAME)")
 	podUID := fs.String("pod-uid", "", "this Pod's UID (default: $POD_UID)")
 	namespace := fs.String("namespace", "", "this Pod's namespace (default: $POD_NAMESPACE)")
@@ -261,7 +261,7 @@ func gatewayCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error 
 			proxy.WithLogger(log),
 			proxy.WithDiscovery(proxy.Discovery{
 				Client: cs, Cluster: *clusterName, Network: *network,
-				SystemNamespace:   firstNonEmpty(*systemNS, cfg.Namespace, "istio-system"),
+				SystemNamespace:   firstNonEmpty(*systemNS, cfg.Namespace, ambient.DefaultSystemNamespace),
 				ExcludeNamespaces: *exclude,
 			}),
 		)
