@@ -10,17 +10,15 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/meshctl/meshctl/internal/dataplanecmd"
 	"github.com/meshctl/meshctl/pkg/dataplane"
-	"github.com/meshctl/meshctl/pkg/dataplane/cniplugin"
 )
 
 func main() {
 	// Run under the file name install-cni gives it in the host's CNI bin
 	// dir, this binary is the CNI plugin.
 	if filepath.Base(os.Args[0]) == dataplane.DefaultPluginType {
-		cniplugin.Main()
+		dataplane.PluginMain()
 		return
 	}
-	os.Exit(dataplanecmd.Main(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(dataplane.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -7,14 +7,13 @@ import (
 
 	"github.com/meshctl/meshctl/cmd/meshctl/app"
 	"github.com/meshctl/meshctl/pkg/dataplane"
-	"github.com/meshctl/meshctl/pkg/dataplane/cniplugin"
 )
 
 func main() {
 	// Run under the file name install-cni gives it in the host's CNI bin
 	// dir, the one meshctl binary is also the CNI plugin.
 	if filepath.Base(os.Args[0]) == dataplane.DefaultPluginType {
-		cniplugin.Main()
+		dataplane.PluginMain()
 		return
 	}
 	os.Exit(app.Main())

@@ -3,14 +3,14 @@ package app
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/meshctl/meshctl/internal/dataplanecmd"
+	"github.com/meshctl/meshctl/pkg/dataplane"
 )
 
 // The dataplane image runs these entry points; they are hidden because
 // people never run them, the charts' Pods do. meshctl keeps them so an
 // image built from meshctl itself (when no meshctl-dataplane binary is
 // found) still works: flags, environment variables and logging are
-// dataplanecmd's, exactly as in the meshctl-dataplane binary.
+// package dataplane's, exactly as in the meshctl-dataplane binary.
 func newDataplaneCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:    "dataplane",
@@ -18,15 +18,15 @@ func newDataplaneCommand(g *globals) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 	}
-	for _, c := range dataplanecmd.Commands() {
+	for _, c := range dataplane.Commands() {
 		cmd.AddCommand(&cobra.Command{
 			Use:   c.Name,
 			Short: c.Short,
-			// dataplanecmd parses the flags (--help included), with the
+			// dataplane.Run parses the flags (--help included), with the
 			// standard library's flag package.
 			DisableFlagParsing: true,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return dataplanecmd.Run(cmd.Context(), c.Name, args, g.streams.Err)
+				return dataplane.Run(cmd.Context(), c.Name, args, g.streams.Err)
 			},
 		})
 	}

@@ -34,7 +34,7 @@ func TestEveryFlagIsBound(t *testing.T) {
 		}
 	}
 	walk(root)
-	// The dataplane entry points parse their own flags (internal/dataplanecmd).
+	// The dataplane entry points parse their own flags (pkg/dataplane/internal/dataplanecmd).
 	if n < 80 {
 		t.Errorf("walked %d flags: the tree is not the whole command tree", n)
 	}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 )
 
 // Defaults from DESIGN.md (ztunnel's values).
@@ -65,7 +65,6 @@ type config struct {
 	poolIdleTimeout  time.Duration
 	maxHeaderBytes   int
 	streamsPerConn   int
-	mark             int
 	limits           Limits
 	// noInline turns off h2tun's inline delivery (Stream.SetSink): kept,
 	// unexported, so the benchmarks can show both in one run.
@@ -77,7 +76,7 @@ func withNoInline(on bool) Option { return func(c *config) { c.noInline = on } }
 
 func newConfig(opts []Option) config {
 	c := config{
-		trustDomain:      dataplane.DefaultTrustDomain,
+		trustDomain:      ambient.DefaultTrustDomain,
 		upstreamTimeout:  defaultUpstreamTimeout,
 		connectTimeout:   defaultConnectTimeout,
 		handshakeTimeout: defaultHandshakeTimeout,
@@ -98,7 +97,7 @@ func newConfig(opts []Option) config {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	if c.dial == nil {
-		d := &net.Dialer{Control: markControl(c.mark)}
+		d := &net.Dialer{}
 		c.dial = d.DialContext
 	}
 	return c
@@ -136,10 +135,6 @@ func WithUpstreamDialer(f func(ctx context.Context, src netip.Addr, dst netip.Ad
 	return func(c *config) { c.upstreamDial = f }
 }
 
-// WithMark sets SO_MARK on the default dialer's sockets (0 disables), so
-// in-pod redirection rules let the proxy's own traffic pass.
-func WithMark(mark int) Option { return func(c *config) { c.mark = mark } }
-
 // WithAuthorizer sets the inbound policy; an error makes the server answer 401.
 func WithAuthorizer(f func(ctx context.Context, peer identity.Identity, src, dst netip.AddrPort) error) Option {
 	return func(c *config) { c.authorize = f }
@@ -174,9 +169,6 @@ func WithMetrics(m *Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // WithLogger sets the structured logger.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
-
-// WithClock sets the time source for certificate validity checks.
-func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
 // WithTimeouts sets the connect (dialer: TCP+TLS+CONNECT response), upstream
 // dial (server) and idle (no streams on an h2 connection) timeouts; zero keeps

@@ -8,8 +8,9 @@
 // (:15020) and readiness (:15021) in its own namespace.
 //
 // Workloads arrive through the WorkloadEvents interface rather than a ZDS
-// codec of its own: the ZDS client lives in pkg/dataplane/zds and is adapted
-// to this interface, so the proxy does not care how the node agent talks.
+// codec of its own: the ZDS client lives in pkg/dataplane/internal/zds and
+// is adapted to this interface, so the proxy does not care how the node
+// agent talks.
 //
 // Inbound connections (HBONE and plaintext) reach the app from the client's
 // own address, as with ztunnel: the upstream socket is IP_TRANSPARENT, bound

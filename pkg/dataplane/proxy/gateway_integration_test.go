@@ -17,7 +17,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
-	"github.com/meshctl/meshctl/pkg/dataplane/podnet"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/podnet"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 

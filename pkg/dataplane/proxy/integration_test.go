@@ -19,8 +19,8 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
-	"github.com/meshctl/meshctl/pkg/dataplane/podnet"
-	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/podnet"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/redirect"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
-	"github.com/meshctl/meshctl/pkg/dataplane/podnet"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/podnet"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 

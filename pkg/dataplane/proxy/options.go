@@ -12,10 +12,10 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
 )
@@ -90,7 +90,7 @@ type options struct {
 
 func defaults() options {
 	return options{
-		trustDomain:    dataplane.DefaultTrustDomain,
+		trustDomain:    ambient.DefaultTrustDomain,
 		adminAddr:      "127.0.0.1:15000",
 		metricsAddr:    ":15020",
 		readyAddr:      ":15021",

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/podnet"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
-	"github.com/meshctl/meshctl/pkg/dataplane/podnet"
 )
 
 // try is talk without failing the test: a refused connection is an error.

@@ -329,7 +329,3 @@ func (p *Proxy) resolveNow(dst netip.AddrPort) outRoute {
 	}
 	return outRoute{refuse: res.String()}
 }
-
-// Logger returns the proxy's logger, for adapters that want to log in the
-// same stream.
-func (p *Proxy) Logger() *slog.Logger { return p.opts.log }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
-	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/redirect"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 

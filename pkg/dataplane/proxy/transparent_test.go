@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/podnet"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/podnet"
 )
 
 // TestShouldPreserve: which inbound connections are delivered from the

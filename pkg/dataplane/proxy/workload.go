@@ -17,7 +17,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
-	"github.com/meshctl/meshctl/pkg/dataplane/podnet"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/podnet"
 )
 
 // workload is one pod the proxy serves: its namespace, identity, listeners.

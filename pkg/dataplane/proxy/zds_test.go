@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/zds"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/zds"
 )
 
 // TestZDSAdapterSpeaksToTheNodeAgentServer runs the real ZDS server on a

@@ -281,9 +281,3 @@ func TokenFile(path string) func() (string, error) {
 		return t, nil
 	}
 }
-
-// RootsFile reads PEM roots from a file (the mounted istio-ca-root-cert
-// ConfigMap's root-cert.pem) on every call.
-func RootsFile(path string) func() ([]byte, error) {
-	return func() ([]byte, error) { return os.ReadFile(path) }
-}

@@ -1,5 +1,7 @@
-// Package ambient holds what the CNI plugin, install-cni and the node agent
-// must agree on: the plugin's config entry and the plugin→agent add request.
+// Package ambient holds what the dataplane's pieces must agree on: the
+// defaults they share (defaults.go), and between the CNI plugin,
+// install-cni and the node agent the plugin's config entry and the
+// plugin→agent add request.
 // One definition keeps them from drifting; names and shapes follow upstream
 // istio-cni so the pieces stay swappable. It has no Kubernetes imports, so
 // install-cni stays quick to build and to fuzz.
@@ -9,8 +11,8 @@ import "net"
 
 // AddPath is the node agent's endpoint for CNI ADD, as upstream's. The
 // defaults the pieces share (the plugin type, the agent's socket, the
-// excluded namespaces) are package dataplane's, where meshctl's commands
-// can reach them too.
+// excluded namespaces) are in defaults.go; package dataplane re-exports
+// them, so that meshctl's commands can reach them too.
 const AddPath = "/cmdadd"
 
 // PluginConfig is the plugin's entry in the CNI conflist, beyond the

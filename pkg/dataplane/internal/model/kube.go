@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/meshctl/meshctl/pkg/dataplane"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/enroll"
 )
 
@@ -70,13 +70,13 @@ type Kube struct {
 // NewKube returns the standalone source reading the local cluster through client.
 func NewKube(client kubernetes.Interface, cfg KubeConfig) *Kube {
 	if cfg.TrustDomain == "" {
-		cfg.TrustDomain = dataplane.DefaultTrustDomain
+		cfg.TrustDomain = ambient.DefaultTrustDomain
 	}
 	if cfg.Domain == "" {
-		cfg.Domain = dataplane.DefaultDomain
+		cfg.Domain = ambient.DefaultDomain
 	}
 	if cfg.SystemNamespace == "" {
-		cfg.SystemNamespace = dataplane.DefaultSystemNamespace
+		cfg.SystemNamespace = ambient.DefaultSystemNamespace
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

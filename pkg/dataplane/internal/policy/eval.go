@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 )
 
 // Conn is the connection being authorized.
@@ -61,10 +61,10 @@ type Snapshot struct {
 	peerAuths map[string][]*PeerAuthentication
 }
 
-// NewSnapshot indexes policies; rootNS "" is dataplane.DefaultRootNamespace.
+// NewSnapshot indexes policies; rootNS "" is ambient.DefaultRootNamespace.
 func NewSnapshot(rootNS string, authz []*Authorization, peerAuths []*PeerAuthentication) *Snapshot {
 	if rootNS == "" {
-		rootNS = dataplane.DefaultRootNamespace
+		rootNS = ambient.DefaultRootNamespace
 	}
 	s := &Snapshot{rootNS: rootNS, byNS: map[string][]*Authorization{}, selectors: map[string][]*Authorization{},
 		bound: map[string]*Authorization{}, peerAuths: map[string][]*PeerAuthentication{}}

@@ -8,8 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 )
 
 // parse reads a YAML stream of AuthorizationPolicies and PeerAuthentications
@@ -612,7 +612,7 @@ func TestCheckBoundPolicies(t *testing.T) {
 	t.Parallel()
 	allowA := &Authorization{Name: "allow-a", Namespace: "foo", Scope: ScopeWorkloadSelector, Action: Allow,
 		Rules: [][][]Match{{{{Principals: []StringMatch{{Kind: Exact, Value: "cluster.local/ns/a/sa/a"}}}}}}}
-	strict := StaticStrict(dataplane.DefaultRootNamespace)
+	strict := StaticStrict(ambient.DefaultRootNamespace)
 	s := NewSnapshot("", []*Authorization{allowA, strict}, nil)
 	conn := func(ns string) Conn {
 		c := Conn{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddrPort("10.0.2.9:80")}

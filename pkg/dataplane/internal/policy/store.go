@@ -1,7 +1,7 @@
 package policy
 
 import (
-	"github.com/meshctl/meshctl/pkg/dataplane"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 
 	"log/slog"
 	"maps"
@@ -21,10 +21,10 @@ type Store struct {
 	snap   atomic.Pointer[Snapshot]
 }
 
-// NewStore returns an empty Store; rootNS "" is dataplane.DefaultRootNamespace.
+// NewStore returns an empty Store; rootNS "" is ambient.DefaultRootNamespace.
 func NewStore(rootNS string) *Store {
 	if rootNS == "" {
-		rootNS = dataplane.DefaultRootNamespace
+		rootNS = ambient.DefaultRootNamespace
 	}
 	s := &Store{rootNS: rootNS, authz: map[string]*Authorization{}, peer: map[string]*PeerAuthentication{}}
 	s.snap.Store(NewSnapshot(rootNS, nil, nil))

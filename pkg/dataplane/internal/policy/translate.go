@@ -1,7 +1,7 @@
 package policy
 
 import (
-	"github.com/meshctl/meshctl/pkg/dataplane"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 
 	"encoding/json"
 	"errors"
@@ -81,7 +81,7 @@ var l4When = map[string]bool{
 // or made fail-safe. The error is for an object that names no policy.
 func AuthorizationFromUnstructured(u *unstructured.Unstructured, rootNS string) (*Authorization, []string, error) {
 	if rootNS == "" {
-		rootNS = dataplane.DefaultRootNamespace
+		rootNS = ambient.DefaultRootNamespace
 	}
 	ns, name := u.GetNamespace(), u.GetName()
 	if ns == "" || name == "" {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
 )
@@ -98,9 +99,10 @@ func (s *state) upsertWorkload(name string, w *xdsWorkload) error {
 	if w.UID == "" {
 		return errors.New("workload has no uid")
 	}
-	// As ztunnel: an empty trust domain or service account is the default.
+	// As ztunnel: an empty trust domain or service account is the default
+	// (Istio's trust domain, which is ours).
 	if w.TrustDomain == "" {
-		w.TrustDomain = "cluster.local"
+		w.TrustDomain = ambient.DefaultTrustDomain
 	}
 	if w.ServiceAccount == "" {
 		w.ServiceAccount = "default"

@@ -24,8 +24,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
-	"github.com/meshctl/meshctl/pkg/dataplane/csr"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/csr"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/enroll"
-	"github.com/meshctl/meshctl/pkg/dataplane/zds"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/zds"
 )
 
 // fakeProc lays out a procfs with one process per uid (cgroup lines as the

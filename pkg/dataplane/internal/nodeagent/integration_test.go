@@ -10,9 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/redirect"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/testutil"
-	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
-	"github.com/meshctl/meshctl/pkg/dataplane/zds"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/zds"
 )
 
 // The real nftables rules in a real pod netns: installed on add, kept

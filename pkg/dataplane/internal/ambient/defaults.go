@@ -1,8 +1,10 @@
-package dataplane
+package ambient
 
-// Defaults the dataplane's pieces and meshctl's `dataplane` commands share:
-// one definition each, so that a command's flag defaults to what the
-// library assumes when the option is not given.
+// Defaults the dataplane's pieces and its commands share: one definition
+// each, so that a command's flag defaults to what the library assumes when
+// the option is not given. They are here, in a package that imports
+// nothing, because every piece needs them and package dataplane, which
+// re-exports them for code outside the dataplane, imports every piece.
 const (
 	// DefaultTrustDomain is the mesh's trust domain, Istio's default: the
 	// domain of every SPIFFE identity.

@@ -25,19 +25,9 @@ type Plugin struct {
 	timeout time.Duration
 }
 
-// Option configures a Plugin.
-type Option func(*Plugin)
-
-// WithTimeout overrides how long ADD waits for the node agent.
-func WithTimeout(d time.Duration) Option { return func(p *Plugin) { p.timeout = d } }
-
 // New returns a Plugin.
-func New(opts ...Option) *Plugin {
-	p := &Plugin{timeout: agentTimeout}
-	for _, o := range opts {
-		o(p)
-	}
-	return p
+func New() *Plugin {
+	return &Plugin{timeout: agentTimeout}
 }
 
 // Main runs the plugin as the CNI runtime invokes it (CNI_COMMAND and

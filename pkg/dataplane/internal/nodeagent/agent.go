@@ -23,10 +23,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/meshctl/meshctl/pkg/dataplane"
-	"github.com/meshctl/meshctl/pkg/dataplane/probesnat"
-	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
-	"github.com/meshctl/meshctl/pkg/dataplane/zds"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/probesnat"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/redirect"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/zds"
 )
 
 // Redirector sets up and tears down the in-pod redirection in one netns.
@@ -124,8 +124,8 @@ func WithLogger(l *slog.Logger) Option { return func(a *Agent) { a.log = l } }
 func New(opts ...Option) *Agent {
 	a := &Agent{
 		node:         os.Getenv("NODE_NAME"),
-		excluded:     dataplane.DefaultExcludedNamespaces,
-		pluginSocket: dataplane.DefaultAgentSocket,
+		excluded:     ambient.DefaultExcludedNamespaces,
+		pluginSocket: ambient.DefaultAgentSocket,
 		zdsSocket:    zds.DefaultSocketPath,
 		stateDir:     "/var/run/meshctl/agent",
 		procRoot:     "/proc",

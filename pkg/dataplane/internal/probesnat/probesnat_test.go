@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
-	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/redirect"
 )
 
 // A "node" netns probes a meshed "pod" netns over a veth. Without the SNAT

@@ -45,19 +45,9 @@ type Redirector struct {
 	probeSources []netip.Addr
 }
 
-// Option configures a Redirector.
-type Option func(*Redirector)
-
-// WithTable names the nftables table (inet family) that holds the rules.
-func WithTable(name string) Option { return func(r *Redirector) { r.table = name } }
-
 // New returns a Redirector with upstream-compatible defaults.
-func New(opts ...Option) *Redirector {
-	r := &Redirector{table: DefaultTable, probeSources: []netip.Addr{DefaultProbeSource, DefaultProbeSourceV6}}
-	for _, o := range opts {
-		o(r)
-	}
-	return r
+func New() *Redirector {
+	return &Redirector{table: DefaultTable, probeSources: []netip.Addr{DefaultProbeSource, DefaultProbeSourceV6}}
 }
 
 // Apply installs (or re-installs) the rules in netns, atomically.

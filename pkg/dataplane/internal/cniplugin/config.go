@@ -7,7 +7,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 )
 
@@ -36,10 +35,10 @@ func parseConfig(stdin []byte) (*config, error) {
 		return nil, types.NewError(types.ErrDecodingFailure, "decoding prevResult", err.Error())
 	}
 	if c.AgentSocket == "" {
-		c.AgentSocket = dataplane.DefaultAgentSocket
+		c.AgentSocket = ambient.DefaultAgentSocket
 	}
 	if c.ExcludeNamespaces == nil {
-		c.ExcludeNamespaces = dataplane.DefaultExcludedNamespaces
+		c.ExcludeNamespaces = ambient.DefaultExcludedNamespaces
 	}
 	return &c, nil
 }

@@ -27,7 +27,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/enroll"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/testutil"
-	"github.com/meshctl/meshctl/pkg/dataplane/zds"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/zds"
 )
 
 const node = "node-1"

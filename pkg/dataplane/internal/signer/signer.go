@@ -17,9 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/meshctl/meshctl/pkg/dataplane"
-	"github.com/meshctl/meshctl/pkg/dataplane/csr"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/csr"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
@@ -85,7 +85,7 @@ func WithLogger(l *slog.Logger) Option { return func(s *Signer) { s.log = l } }
 
 // New returns a Signer that signs with c through the API at cs.
 func New(cs kubernetes.Interface, c *meshca.CA, opts ...Option) *Signer {
-	s := &Signer{cs: cs, ca: c, signerName: csr.SignerName, trustDomain: dataplane.DefaultTrustDomain,
+	s := &Signer{cs: cs, ca: c, signerName: csr.SignerName, trustDomain: ambient.DefaultTrustDomain,
 		proxyUsers: map[string]bool{}, maxTTL: 24 * time.Hour, autoApprove: true,
 		now: time.Now, log: slog.New(slog.DiscardHandler), cleanup: DefaultCleanupAfter,
 		retries: 10, retryBase: 500 * time.Millisecond}
@@ -289,7 +289,7 @@ func (s *Signer) authorize(ctx context.Context, obj *certv1.CertificateSigningRe
 	case pod.Spec.HostNetwork:
 		// It shares the node's network namespace: the proxy never serves it.
 		return nil, fmt.Errorf("%w: pod %s/%s uses the host network", errNotAllowed, ns, name)
-	case slices.Contains(dataplane.DefaultExcludedNamespaces, ns):
+	case slices.Contains(ambient.DefaultExcludedNamespaces, ns):
 		return nil, fmt.Errorf("%w: namespace %s is never meshed", errNotAllowed, ns)
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		return nil, fmt.Errorf("%w: pod %s/%s has finished (%s)", errNotAllowed, ns, name, pod.Status.Phase)

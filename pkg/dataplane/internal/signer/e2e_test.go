@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
-	"github.com/meshctl/meshctl/pkg/dataplane/csr"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/csr"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 

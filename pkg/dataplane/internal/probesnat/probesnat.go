@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/nftutil"
-	"github.com/meshctl/meshctl/pkg/dataplane/redirect"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/redirect"
 )
 
 // DefaultTable names the node-side table.
@@ -33,9 +33,6 @@ type SNAT struct {
 
 // Option configures a SNAT.
 type Option func(*SNAT)
-
-// WithTable names the nftables table (inet family).
-func WithTable(name string) Option { return func(s *SNAT) { s.table = name } }
 
 // WithNetns works in netns instead of the caller's (tests, or an agent
 // that is not itself in the host netns).

@@ -17,7 +17,6 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 )
 
@@ -108,8 +107,8 @@ func New(opts ...Option) *Installer {
 		hostConfDir:  "/etc/cni/net.d",
 		binDir:       "/host/opt/cni/bin",
 		saDir:        "/var/run/secrets/kubernetes.io/serviceaccount",
-		pluginType:   dataplane.DefaultPluginType,
-		pluginConfig: ambient.PluginConfig{AgentSocket: dataplane.DefaultAgentSocket, ExcludeNamespaces: dataplane.DefaultExcludedNamespaces},
+		pluginType:   ambient.DefaultPluginType,
+		pluginConfig: ambient.PluginConfig{AgentSocket: ambient.DefaultAgentSocket, ExcludeNamespaces: ambient.DefaultExcludedNamespaces},
 		throttle:     time.Second,
 		upgrading:    func() bool { return false },
 		log:          slog.Default(),

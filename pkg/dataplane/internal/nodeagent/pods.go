@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/enroll"
-	"github.com/meshctl/meshctl/pkg/dataplane/zds"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/zds"
 )
 
 // addPod meshes pod inside the netns at netnsPath: rules first, then the

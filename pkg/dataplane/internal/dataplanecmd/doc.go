@@ -1,8 +1,9 @@
-// Package dataplanecmd is the command line of the dataplane image's
-// entry points — install-cni, node-agent, proxy and signer — shared by the
-// small meshctl-dataplane binary the image is built from and by meshctl's
-// hidden `meshctl dataplane …` commands, so both parse the same flags the
-// same way.
+// Package dataplanecmd is the command line of the dataplane image's entry
+// points — install-cni, node-agent, proxy, gateway and signer — shared by
+// the small meshctl-dataplane binary the image is built from and by
+// meshctl's hidden `meshctl dataplane …` commands, both through package
+// dataplane's Main, Commands and Run, so both parse the same flags the same
+// way.
 //
 // It uses the standard library's flag package, not cobra and viper: the
 // dataplane binary runs on every node, four processes each, and every

@@ -16,15 +16,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/meshctl/meshctl/pkg/dataplane"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs/istioca"
-	"github.com/meshctl/meshctl/pkg/dataplane/csr"
-	"github.com/meshctl/meshctl/pkg/dataplane/installcni"
-	"github.com/meshctl/meshctl/pkg/dataplane/nodeagent"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/csr"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/installcni"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/nodeagent"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/signer"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/zds"
 	"github.com/meshctl/meshctl/pkg/dataplane/proxy"
-	"github.com/meshctl/meshctl/pkg/dataplane/signer"
-	"github.com/meshctl/meshctl/pkg/dataplane/zds"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
@@ -34,8 +34,8 @@ func installCNI(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 	binDir := fs.String("cni-bin-dir", "/host/opt/cni/bin", "the host's CNI bin dir as mounted in this container")
 	plugin := fs.String("plugin-binary", "", "binary to install as the plugin (default: this executable)")
 	saDir := fs.String("service-account-dir", "/var/run/secrets/kubernetes.io/serviceaccount", "the mounted service account, whose token and CA go into the plugin's kubeconfig")
-	socket := fs.String("agent-socket", dataplane.DefaultAgentSocket, "node agent socket the plugin posts pods to (a host path)")
-	exclude := newList(fs, "exclude-namespaces", dataplane.DefaultExcludedNamespaces, "namespaces whose pods are never meshed (comma-separated)")
+	socket := fs.String("agent-socket", ambient.DefaultAgentSocket, "node agent socket the plugin posts pods to (a host path)")
+	exclude := newList(fs, "exclude-namespaces", ambient.DefaultExcludedNamespaces, "namespaces whose pods are never meshed (comma-separated)")
 	throttle := fs.Duration("repair-throttle", time.Second, "minimum time between two repairs of the CNI config")
 	ready := fs.String("ready-addr", ":15022", "serve GET /readyz here: 200 while the plugin is chained")
 	daemonset := fs.String("daemonset", "", "this Pod's DaemonSet: while it exists, exiting is an upgrade and the plugin stays installed")
@@ -96,8 +96,8 @@ func upgradeCheck(ns, daemonset string, log *slog.Logger) (func() bool, error) {
 
 func nodeAgent(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 	nodeName := fs.String("node-name", "", "this node's name (default: $NODE_NAME)")
-	exclude := newList(fs, "exclude-namespaces", dataplane.DefaultExcludedNamespaces, "namespaces whose pods are never meshed (comma-separated)")
-	agentSocket := fs.String("agent-socket", dataplane.DefaultAgentSocket, "unix socket the CNI plugin posts pods to")
+	exclude := newList(fs, "exclude-namespaces", ambient.DefaultExcludedNamespaces, "namespaces whose pods are never meshed (comma-separated)")
+	agentSocket := fs.String("agent-socket", ambient.DefaultAgentSocket, "unix socket the CNI plugin posts pods to")
 	zdsSocket := fs.String("zds-socket", zds.DefaultSocketPath, "unix socket the node proxy connects to (ZDS)")
 	stateDir := fs.String("state-dir", "/var/run/meshctl/agent", "host dir remembering meshed pods across restarts")
 	procRoot := fs.String("proc-root", "/proc", "the host's procfs (the Pod needs hostPID)")
@@ -122,7 +122,7 @@ func nodeAgent(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 
 func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 	zdsSocket := fs.String("zds-socket", zds.DefaultSocketPath, "the node agent's ZDS socket")
-	trustDomain := fs.String("trust-domain", dataplane.DefaultTrustDomain, "the mesh trust domain")
+	trustDomain := fs.String("trust-domain", ambient.DefaultTrustDomain, "the mesh trust domain")
 	meshCIDRs := newList(fs, "mesh-cidrs", nil, "destinations sent over HBONE to <ip>:15008 (the mesh's pod CIDRs, comma-separated)")
 	certTTL := fs.Duration("cert-ttl", 24*time.Hour, "requested workload certificate lifetime")
 	admin := fs.String("admin-addr", "127.0.0.1:15000", "admin server (/config_dump): keep it on localhost")
@@ -132,8 +132,8 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 	clusterName := fs.String("cluster", "Kubernetes", "this cluster's name in the mesh (Istio's clusterName)")
 	network := fs.String("network", "", "this cluster's network (Istio's global.network)")
 	systemNS := fs.String("system-namespace", "", "namespace of the remote secrets (default: $POD_NAMESPACE, else istio-system)")
-	exclude := newList(fs, "exclude-namespaces", dataplane.DefaultExcludedNamespaces, "namespaces whose pods are never meshed, as the node agent's (comma-separated)")
-	rootNS := fs.String("root-namespace", dataplane.DefaultRootNamespace, "Istio's root namespace: its AuthorizationPolicies and PeerAuthentications apply mesh-wide")
+	exclude := newList(fs, "exclude-namespaces", ambient.DefaultExcludedNamespaces, "namespaces whose pods are never meshed, as the node agent's (comma-separated)")
+	rootNS := fs.String("root-namespace", ambient.DefaultRootNamespace, "Istio's root namespace: its AuthorizationPolicies and PeerAuthentications apply mesh-wide")
 	caAddress := fs.String("ca-address", "", "istiod's CA (e.g. istiod.istio-system.svc:15012): fetch workload certificates from it as ztunnel does (empty: Kubernetes CSRs signed by meshctl's signer)")
 	caRoot := fs.String("ca-root", "/var/run/secrets/istio/root-cert.pem", "with --ca-address, the mesh root istiod's certificate is verified with: a PEM file (the mounted istio-ca-root-cert ConfigMap), or configmap:[NAMESPACE/]NAME to read its root-cert.pem through the API (needs get on configmaps)")
 	caToken := fs.String("ca-token", "/var/run/secrets/tokens/istio-token", "with --ca-address or --xds-address, the projected service-account token (audience istio-ca) sent to istiod")
@@ -157,7 +157,7 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 		}
 		var fetcher certs.Fetcher = csr.NewClient(cs, csr.WithTTL(*certTTL))
 		if *caAddress != "" {
-			roots, err := caRootSource(*caRoot, firstNonEmpty(os.Getenv("POD_NAMESPACE"), dataplane.DefaultSystemNamespace), cs)
+			roots, err := caRootSource(*caRoot, firstNonEmpty(os.Getenv("POD_NAMESPACE"), ambient.DefaultSystemNamespace), cs)
 			if err != nil {
 				return err
 			}
@@ -185,7 +185,7 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 			if *clusterName == "" {
 				return errors.New("--cluster is empty: istiod authenticates the proxy's token against its cluster by name")
 			}
-			roots, err := caRootSource(*caRoot, firstNonEmpty(os.Getenv("POD_NAMESPACE"), "istio-system"), cs)
+			roots, err := caRootSource(*caRoot, firstNonEmpty(os.Getenv("POD_NAMESPACE"), ambient.DefaultSystemNamespace), cs)
 			if err != nil {
 				return err
 			}
@@ -201,7 +201,7 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 			}
 			opts = append(opts, proxy.WithDiscovery(proxy.Discovery{
 				Client: cs, Cluster: *clusterName, Network: *network,
-				SystemNamespace:   firstNonEmpty(*systemNS, os.Getenv("POD_NAMESPACE"), dataplane.DefaultSystemNamespace),
+				SystemNamespace:   firstNonEmpty(*systemNS, os.Getenv("POD_NAMESPACE"), ambient.DefaultSystemNamespace),
 				ExcludeNamespaces: *exclude,
 			}))
 		default:
@@ -216,7 +216,7 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 // meshctl's signer (which chains to the mesh root whichever CA issues the
 // workloads'): istiod's CA lets only node accounts ask for an identity.
 func gatewayCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
-	trustDomain := fs.String("trust-domain", "cluster.local", "the mesh trust domain")
+	trustDomain := fs.String("trust-domain", ambient.DefaultTrustDomain, "the mesh trust domain")
 	listen := fs.String("listen", ":15008", "where tunnels from other networks arrive (HBONE)")
 	certTTL := fs.Duration("cert-ttl", 24*time.Hour, "requested certificate lifetime")
 	admin := fs.String("admin-addr", "127.0.0.1:15000", "admin server (/config_dump): keep it on localhost")
@@ -225,7 +225,7 @@ func gatewayCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error 
 	clusterName := fs.String("cluster", "Kubernetes", "this cluster's name in the mesh (Istio's clusterName)")
 	network := fs.String("network", "", "the network this gateway leads into (Istio's global.network)")
 	systemNS := fs.String("system-namespace", "", "namespace of the remote secrets (default: $POD_NAMESPACE, else istio-system)")
-	exclude := newList(fs, "exclude-namespaces", []string{"kube-system"}, "namespaces whose pods are never meshed, as the node agent's (comma-separated)")
+	exclude := newList(fs, "exclude-namespaces", ambient.DefaultExcludedNamespaces, "namespaces whose pods are never meshed, as the node agent's (comma-separated)")
 	podName := fs.String("pod-name", "", "this Pod's name (default: $POD_NAME)")
 	podUID := fs.String("pod-uid", "", "this Pod's UID (default: $POD_UID)")
 	namespace := fs.String("namespace", "", "this Pod's namespace (default: $POD_NAMESPACE)")
@@ -261,7 +261,7 @@ func gatewayCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error 
 			proxy.WithLogger(log),
 			proxy.WithDiscovery(proxy.Discovery{
 				Client: cs, Cluster: *clusterName, Network: *network,
-				SystemNamespace:   firstNonEmpty(*systemNS, cfg.Namespace, "istio-system"),
+				SystemNamespace:   firstNonEmpty(*systemNS, cfg.Namespace, ambient.DefaultSystemNamespace),
 				ExcludeNamespaces: *exclude,
 			}),
 		)
@@ -311,7 +311,7 @@ func caRootSource(spec, ns string, cs kubernetes.Interface) (func() ([]byte, err
 func signerCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 	cacertsDir := fs.String("cacerts-dir", "/etc/cacerts", "the cluster's cacerts Secret as mounted (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem)")
 	signerName := fs.String("signer-name", csr.SignerName, "the certificates.k8s.io signerName served")
-	trustDomain := fs.String("trust-domain", dataplane.DefaultTrustDomain, "trust domain of issued identities")
+	trustDomain := fs.String("trust-domain", ambient.DefaultTrustDomain, "trust domain of issued identities")
 	users := newList(fs, "proxy-users", nil, "users allowed to request workload identities (system:serviceaccount:<ns>:<node proxy sa>, comma-separated)")
 	maxTTL := fs.Duration("max-ttl", 24*time.Hour, "longest certificate lifetime issued")
 	return func(ctx context.Context, log *slog.Logger) error {

@@ -40,9 +40,6 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithSignerName overrides SignerName.
-func WithSignerName(n string) Option { return func(c *Client) { c.signer = n } }
-
 // WithTTL sets the requested certificate lifetime (the signer may shorten it).
 func WithTTL(d time.Duration) Option { return func(c *Client) { c.ttl = d } }
 
