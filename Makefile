@@ -29,7 +29,7 @@ endif
 E2E_PKG := ./test/e2e
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/e2e)
 
-.PHONY: all build test unit integration e2e e2e-env e2e-smoke bench bench-table lint up down clean
+.PHONY: all build test unit integration e2e e2e-env e2e-smoke bench bench-table noop-timing lint up down clean
 all: build
 
 # meshctl-dataplane, beside meshctl, is what meshctl builds the dataplane
@@ -71,6 +71,14 @@ SHELL_SCRIPTS = .ci/run hack/e2e/files/runc-nocap-sysresource $(shell git ls-fil
 # min/median/max of every figure and ratio (N=5 by default; see hack/bench.sh).
 bench-table:
 	hack/bench.sh
+
+# No-op reruns of `meshctl up` step by step: min/median/max time, docker
+# commands and API requests per status line (hack/noop-timing.sh). The
+# environment must be up as UP_ARGS say, e.g.
+#   make noop-timing UP_ARGS="--env noop --clusters 3 --registry=false" RUNS=10
+RUNS ?= 5
+noop-timing: build
+	hack/noop-timing.sh -n $(RUNS) $(BIN)/meshctl -- $(UP_ARGS)
 
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$($(GO) list -f '{{.Dir}}' ./...) hack/tools); \

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/kind/pkg/log"
+
+	"github.com/meshctl/meshctl/internal/trace"
 )
 
 // Status prints one line per step of a long operation. On a terminal a step
@@ -42,6 +44,7 @@ func (s *Status) color() bool {
 func (s *Status) Start(step string) {
 	s.End(true)
 	s.step, s.started = step, s.now()
+	trace.Step(step)
 	if !s.logger.V(0).Enabled() {
 		return
 	}

@@ -141,6 +141,9 @@ func (p *Provider) startNodes(ctx context.Context, stopped []string) error {
 	if len(stopped) == 0 {
 		return nil
 	}
+	// A started container may have another address: nothing read of the
+	// clusters before holds.
+	defer p.snap.forget()
 	if _, err := p.docker.Run(ctx, append([]string{"start"}, stopped...)...); err != nil {
 		return fmt.Errorf("starting %s: %w", strings.Join(stopped, ", "), err)
 	}

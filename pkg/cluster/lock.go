@@ -124,7 +124,10 @@ func (p *Provider) lockEnv(ctx context.Context, env, verb string, withDocker boo
 		unflock()
 		return ctx, nil, err
 	}
-	return context.WithValue(ctx, lockKey{env}, true), func() { undocker(); unflock() }, nil
+	// Forgotten before the lock is released: another process may change
+	// the environment from then on.
+	unsnap := p.snap.hold()
+	return context.WithValue(ctx, lockKey{env}, true), func() { unsnap(); undocker(); unflock() }, nil
 }
 
 // self describes this process as a lock holder.

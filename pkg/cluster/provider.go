@@ -50,6 +50,9 @@ type Provider struct {
 	now       func() time.Time
 	// poll is how often waits look again.
 	poll time.Duration
+	// snap remembers, during one verb's run, what Docker said of the
+	// kind clusters (see snapshot).
+	snap *snapshot
 	// noKindWarning: a run on existing clusters alone without Docker
 	// lists clusters at every step; saying why once is enough.
 	noKindWarning sync.Once
@@ -97,6 +100,8 @@ func NewProvider(opts ...ProviderOption) *Provider {
 	if p.kind == nil {
 		p.kind = kindprovider.New(p.logger)
 	}
+	p.snap = &snapshot{}
+	p.kind = snapshotKind{Kind: p.kind, s: p.snap}
 	if p.nodes == nil {
 		p.nodes = apiNodeReader{}
 	}

@@ -14,6 +14,9 @@ import (
 // readRecord reads meshctl's record on a running kind cluster's
 // control-plane node; records.ErrNone when it has none.
 func (p *Provider) readRecord(kindName string) (*model.Record, error) {
+	if r, ok := p.snap.record(kindName); ok {
+		return r, nil
+	}
 	ns, err := p.kind.ListNodes(kindName)
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes of %s: %w", kindName, err)
@@ -22,7 +25,11 @@ func (p *Provider) readRecord(kindName string) (*model.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", kindName, err)
 	}
-	return records.ReadNode(cp)
+	r, err := records.ReadNode(cp)
+	if err == nil {
+		p.snap.setRecord(kindName, *r)
+	}
+	return r, err
 }
 
 func (p *Provider) writeRecord(ns []nodes.Node, r model.Record) error {
@@ -30,7 +37,12 @@ func (p *Provider) writeRecord(ns []nodes.Node, r model.Record) error {
 	if err != nil {
 		return err
 	}
-	return records.WriteNode(cp, r)
+	if err := records.WriteNode(cp, r); err != nil {
+		p.snap.forgetRecord(r.Cluster.KindName)
+		return err
+	}
+	p.snap.setRecord(r.Cluster.KindName, r)
+	return nil
 }
 
 // SetPools records a kind cluster's load-balancer pools in meshctl's record

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/internal/trace"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/install/image"
@@ -85,6 +86,8 @@ func (m *Config) install(ctx context.Context, plan *model.Plan, gateways ...gate
 }
 
 func (m *Config) installDataplane(ctx context.Context, plan *model.Plan, gateways []gateway.ClusterResult) (*InstallReport, error) {
+	// The checks before the charts' status line have none of their own.
+	trace.Step("Checking the dataplane image and cacerts (no status line)")
 	prep, err := m.prepareInstall(plan, gateways)
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshctl/meshctl/internal/cli"
+	"github.com/meshctl/meshctl/internal/trace"
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
@@ -30,6 +31,8 @@ type Streams struct {
 func Main() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	trace.Start()
+	defer trace.End()
 	return Run(ctx, os.Args[1:], Streams{Out: os.Stdout, Err: os.Stderr}, nil)
 }
 

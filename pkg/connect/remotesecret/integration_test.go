@@ -120,13 +120,18 @@ func TestIntegrationEnsure(t *testing.T) {
 		checkRemoteSecret(ctx, t, clients[target], source, cfgs[source].Host)
 	}
 
-	// A re-run changes nothing and makes no second token.
+	// A re-run changes nothing and makes no second token: no object it
+	// manages is written (their resource versions stay).
+	before := managedVersions(ctx, t, clients)
 	res, err = m.Ensure(ctx, "it")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := actions(res); got != "readers cluster1:reused cluster2:reused; secrets cluster2→cluster1:unchanged cluster1→cluster2:unchanged" {
 		t.Errorf("second run: %s", got)
+	}
+	if after := managedVersions(ctx, t, clients); after != before {
+		t.Errorf("a re-run wrote objects:\n before %s\n after  %s", before, after)
 	}
 	for name, c := range clients {
 		if n := tokenSecrets(ctx, t, c); n != 1 {
@@ -155,6 +160,19 @@ func TestIntegrationEnsure(t *testing.T) {
 	if s := checkRemoteSecret(ctx, t, clients["cluster2"], "cluster1", cfgs["cluster1"].Host); s.UID != uid {
 		t.Error("the damaged secret was replaced, not updated in place")
 	}
+
+	// A deleted remote secret is made again.
+	if err := clients["cluster1"].CoreV1().Secrets(Namespace).Delete(ctx, SecretPrefix+"cluster2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = m.Ensure(ctx, "it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := actions(res); got != "readers cluster1:reused cluster2:reused; secrets cluster2→cluster1:created cluster1→cluster2:unchanged" {
+		t.Errorf("after deleting cluster2's secret in cluster1: %s", got)
+	}
+	checkRemoteSecret(ctx, t, clients["cluster1"], "cluster2", cfgs["cluster2"].Host)
 
 	// What `meshctl remote-secret` prints is what was installed.
 	printed, err := m.Secret(ctx, "it", "it-cluster1")
@@ -357,4 +375,42 @@ func TestIntegrationRemoteReaderManagesWebhooks(t *testing.T) {
 			}
 		}
 	}
+}
+
+// managedVersions lists the resource versions of what Ensure manages in
+// each cluster: the namespace, the reader's account, token, role and
+// binding, and the remote secrets.
+func managedVersions(ctx context.Context, t *testing.T, clients map[string]kubernetes.Interface) string {
+	t.Helper()
+	var b strings.Builder
+	for _, name := range []string{"cluster1", "cluster2"} {
+		c := clients[name]
+		objs := []func() (metav1.Object, error){
+			func() (metav1.Object, error) { return c.CoreV1().Namespaces().Get(ctx, Namespace, metav1.GetOptions{}) },
+			func() (metav1.Object, error) {
+				return c.CoreV1().ServiceAccounts(Namespace).Get(ctx, ServiceAccount, metav1.GetOptions{})
+			},
+			func() (metav1.Object, error) {
+				return c.RbacV1().ClusterRoles().Get(ctx, ClusterRole, metav1.GetOptions{})
+			},
+			func() (metav1.Object, error) {
+				return c.RbacV1().ClusterRoleBindings().Get(ctx, ClusterRole, metav1.GetOptions{})
+			},
+		}
+		for _, get := range objs {
+			o, err := get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&b, "%s/%s=%s ", name, o.GetName(), o.GetResourceVersion())
+		}
+		secrets, err := c.CoreV1().Secrets(Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range secrets.Items {
+			fmt.Fprintf(&b, "%s/%s=%s ", name, s.Name, s.ResourceVersion)
+		}
+	}
+	return b.String()
 }

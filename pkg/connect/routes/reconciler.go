@@ -5,6 +5,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"path"
 	"strings"
 
 	"github.com/meshctl/meshctl/internal/parallel"
@@ -53,19 +54,37 @@ func RoutesByName(rs []Route) []byte {
 	return b.Bytes()
 }
 
+// nodeFiles are where installScript puts the reconciler's files.
+type nodeFiles struct{ routes, script, unit string }
+
+// kindNode is where they are on a kind node.
+var kindNode = nodeFiles{cluster.NodeRoutesFile, cluster.NodeRoutesScript, "/etc/systemd/system/" + ReconcilerUnitName}
+
 // installScript is the shell script (run with `sh -s` on the node) that
-// writes the routes file, the reconciler and its unit, and (re)starts it.
-func installScript(rs []Route) []byte {
+// writes the routes file, the reconciler and its unit, and (re)starts it —
+// only when a file changed or the unit is not enabled and running. A rerun
+// of up on a node that has them all as they would be written would
+// restart the same script on the same files: skipping the daemon-reload
+// and restart (the costly part, and a gap of a few seconds in the
+// reconciling) changes nothing. A node container restarted since keeps its
+// files and starts the enabled unit at boot; one whose unit was stopped or
+// disabled, or whose files were lost or edited, gets them (re)written and
+// restarted as before.
+func installScript(f nodeFiles, rs []Route) []byte {
 	var b strings.Builder
 	heredoc := func(path, content string) {
-		fmt.Fprintf(&b, "cat > %s.tmp <<'MESHCTL_EOF'\n%sMESHCTL_EOF\nmv %[1]s.tmp %[1]s\n", path, content)
+		fmt.Fprintf(&b, "cat > %s.tmp <<'MESHCTL_EOF'\n%sMESHCTL_EOF\n", path, content)
+		fmt.Fprintf(&b, "if same %[1]s.tmp %[1]s; then rm -f %[1]s.tmp; else mv %[1]s.tmp %[1]s; changed=1; fi\n", path)
 	}
-	b.WriteString("set -e\nmkdir -p /kind/meshctl\n")
-	heredoc(cluster.NodeRoutesFile, string(RoutesByName(rs)))
-	heredoc(cluster.NodeRoutesScript, reconcilerScript)
-	b.WriteString("chmod 0755 " + cluster.NodeRoutesScript + "\n")
-	heredoc("/etc/systemd/system/"+ReconcilerUnitName, reconcilerUnit)
-	b.WriteString("systemctl daemon-reload\nsystemctl enable " + ReconcilerUnitName + " >/dev/null 2>&1\nsystemctl restart " + ReconcilerUnitName + "\n")
+	// cksum is POSIX (cmp is not on every node image).
+	fmt.Fprintf(&b, "set -e\nchanged=\nsame() { [ -f \"$2\" ] && [ \"$(cksum < \"$1\")\" = \"$(cksum < \"$2\")\" ]; }\nmkdir -p %s\n", path.Dir(f.routes))
+	heredoc(f.routes, string(RoutesByName(rs)))
+	heredoc(f.script, reconcilerScript)
+	b.WriteString("chmod 0755 " + f.script + "\n")
+	heredoc(f.unit, reconcilerUnit)
+	u := ReconcilerUnitName
+	b.WriteString("if [ -n \"$changed\" ] || ! systemctl is-enabled --quiet " + u + " || ! systemctl is-active --quiet " + u + "; then\n")
+	b.WriteString("\tsystemctl daemon-reload\n\tsystemctl enable " + u + " >/dev/null 2>&1\n\tsystemctl restart " + u + "\nfi\n")
 	return []byte(b.String())
 }
 
@@ -74,7 +93,7 @@ func installScript(rs []Route) []byte {
 // routes in already; the reconciler keeps them when addresses change.
 func InstallReconciler(ctx context.Context, x Executor, plan []NodeRoutes) error {
 	return parallel.ForEach(plan, func(nr NodeRoutes) error {
-		if err := x.Exec(ctx, nr.Cluster, nr.Node, installScript(nr.Routes), "sh", "-s"); err != nil {
+		if err := x.Exec(ctx, nr.Cluster, nr.Node, installScript(kindNode, nr.Routes), "sh", "-s"); err != nil {
 			return fmt.Errorf("cluster %q: node %s: installing the route reconciler: %w", nr.Cluster, nr.Node, err)
 		}
 		return nil

@@ -152,3 +152,89 @@ func TestIntegrationReconcilerCheckNamesAnUnresolvablePeer(t *testing.T) {
 		t.Errorf("check: %v: %q", err, out)
 	}
 }
+
+// TestInstallScriptRestartsOnlyOnChange runs the install script against
+// files in a temporary directory with a systemctl that logs its calls: the
+// first install and any change of a file, or a unit found disabled or not
+// running, (re)start the reconciler; a rerun that would write the same
+// files to a running unit leaves it alone.
+func TestInstallScriptRestartsOnlyOnChange(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	calls := filepath.Join(dir, "calls")
+	// is-active and is-enabled answer from files, as the test sets them.
+	systemctl := `#!/bin/sh
+echo "$*" >> "` + calls + `"
+case "$1" in
+is-active) [ -f "` + dir + `/active" ] ;;
+is-enabled) [ -f "` + dir + `/enabled" ] ;;
+esac
+`
+	if err := os.WriteFile(filepath.Join(bin, "systemctl"), []byte(systemctl), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := nodeFiles{routes: filepath.Join(dir, "kind/meshctl/routes"), script: filepath.Join(dir, "kind/meshctl/routes.sh"), unit: filepath.Join(dir, "unit")}
+	rs := []Route{{Dst: netip.MustParsePrefix("10.20.0.0/24"), ViaNode: "peer-control-plane"}}
+	moved := []Route{{Dst: netip.MustParsePrefix("10.20.0.0/24"), ViaNode: "peer-worker"}}
+	set := func(name string, on bool) {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if !on {
+			_ = os.Remove(p)
+			return
+		}
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	install := func(rs []Route) (restarted bool) {
+		t.Helper()
+		_ = os.Remove(calls)
+		cmd := exec.Command("sh", "-s")
+		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+		cmd.Stdin = strings.NewReader(string(installScript(f, rs)))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("install script: %v: %s", err, out)
+		}
+		got, _ := os.ReadFile(calls)
+		return strings.Contains(string(got), "restart "+ReconcilerUnitName)
+	}
+	steps := []struct {
+		name     string
+		prepare  func()
+		rs       []Route
+		restarts bool
+	}{
+		{"first install", func() {}, rs, true},
+		{"rerun, running", func() { set("active", true); set("enabled", true) }, rs, false},
+		{"routes changed", func() {}, moved, true},
+		{"rerun after the change", func() {}, moved, false},
+		{"unit stopped", func() { set("active", false) }, moved, true},
+		{"unit disabled", func() { set("active", true); set("enabled", false) }, moved, true},
+		{"script edited on the node", func() {
+			set("enabled", true)
+			if err := os.WriteFile(f.script, []byte("#!/bin/sh\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, moved, true},
+		{"routes file lost", func() { _ = os.Remove(f.routes) }, moved, true},
+		{"rerun, all as written", func() {}, moved, false},
+	}
+	for _, s := range steps {
+		s.prepare()
+		if got := install(s.rs); got != s.restarts {
+			t.Errorf("%s: restarted = %v, want %v", s.name, got, s.restarts)
+		}
+	}
+	got, err := os.ReadFile(f.routes)
+	if err != nil || string(got) != string(RoutesByName(moved)) {
+		t.Errorf("routes file = %q, %v; want %q", got, err, RoutesByName(moved))
+	}
+	if got, err := os.ReadFile(f.script); err != nil || string(got) != reconcilerScript {
+		t.Errorf("script not rewritten: %v", err)
+	}
+}
