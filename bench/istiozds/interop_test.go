@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -135,6 +136,39 @@ func podNetns(t *testing.T, root, name, ip string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// apiserver starts etcd and kube-apiserver from an OS thread kept for the
+// test's duration: testenv's processes die with the thread that started
+// them (Pdeathsig), and Istio's agent ends threads it moved into pod
+// network namespaces, which may be any thread a test goroutine ran on.
+func apiserver(t *testing.T) *rest.Config {
+	t.Helper()
+	type result struct {
+		env *testenv.Env
+		err error
+	}
+	started, stop, stopped := make(chan result, 1), make(chan struct{}), make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		defer close(stopped)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		env, err := testenv.Start(ctx)
+		cancel()
+		started <- result{env, err}
+		if err != nil {
+			return
+		}
+		<-stop
+		_ = env.Stop()
+	}()
+	r := <-started
+	if r.err != nil {
+		t.Fatalf("testenv: %v", r.err)
+	}
+	t.Cleanup(func() { close(stop); <-stopped })
+	t.Logf("testenv: etcd + kube-apiserver ready in %s", r.env.StartTime.Round(time.Millisecond))
+	return r.env.Config
 }
 
 func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
@@ -294,7 +328,7 @@ func TestInteropIstioCNIDrivesZDSClient(t *testing.T) {
 	pconstants.HostMountsPath = root
 	logs := istioLog(t)
 
-	cfg := testenv.New(t)
+	cfg := apiserver(t)
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	ctx := context.Background()
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
@@ -379,8 +413,30 @@ func TestInteropIstioCNIDrivesZDSClient(t *testing.T) {
 		t.Fatal("meshctl dropped web after the restarted agent's snapshot kept it")
 	}
 
-	// DelWorkload: web leaves the mesh; Istio removes its mark once the
-	// proxy acked, and the proxy stops serving it.
+	// A second proxy connects (a rolling upgrade): it never had web, and
+	// the agent's snapshot tells it to keep web. It acks, as ztunnel does.
+	mark = len(logs())
+	p2, err := proxy.New(proxy.WithFetcher(noCerts{}), proxy.WithAddresses("", "", ""),
+		proxy.WithWorkloadEvents(proxy.ZDS(zdsSock)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2ctx, p2cancel := context.WithCancel(ctx)
+	p2done := make(chan error, 1)
+	go func() { p2done <- p2.Run(p2ctx) }()
+	t.Cleanup(func() { p2cancel(); <-p2done })
+	eventually(t, "the second proxy to ack the agent's snapshot", func() bool {
+		return strings.Contains(logs()[mark:], "snapshot sent to ztunnel")
+	})
+	if l := logs()[mark:]; !strings.Contains(l, "sending 'keep' to ztunnel") || strings.Contains(l, "got ack error") {
+		t.Errorf("the second proxy's snapshot: want a keep for web and no ack error; Istio logged:\n%s", l)
+	}
+	if n := len(p2.Dump().WorkloadState); n != 0 {
+		t.Errorf("the second proxy serves %d workloads after keeping one it never had", n)
+	}
+
+	// DelWorkload: web leaves the mesh; Istio sends it to both proxies and
+	// removes its mark once they acked, and the first proxy stops serving it.
 	pod, err := cs.CoreV1().Pods(meshNS).Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
