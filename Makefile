@@ -59,7 +59,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
 	# The Istio Go peer lives in its own module (bench/go.mod) so istio.io/istio
 	# never enters meshctl's go.mod; its interop tests run here too.
-	cd bench && $(GO) test -run Interop -bench . -benchmem . ./istioca
+	cd bench && $(GO) test -run Interop -bench . -benchmem . ./istioca ./istioxds ./istiozds
 
 # staticcheck is pinned in hack/tools/go.mod (a module of its own, so its
 # dependencies stay out of meshctl's go.mod) and built from the module proxy.

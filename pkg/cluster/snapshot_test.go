@@ -100,7 +100,7 @@ func internalServer(t *testing.T, ctx context.Context, p *Provider) string {
 	if len(cs) == 0 {
 		return ""
 	}
-	kc, err := p.ClusterKubeconfig(ctx, cs[0], true)
+	kc, err := p.ClusterKubeconfig(ctx, cs[0].ClusterPlan, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,13 +251,13 @@ func TestSnapshotRecordsAndFailures(t *testing.T) {
 	ck.failKubeconfig = true
 	ck.mu.Unlock()
 	cs, _ := e.p.Environment(ctx, "default")
-	if _, err := e.p.ClusterKubeconfig(ctx, cs[0], false); err == nil {
+	if _, err := e.p.ClusterKubeconfig(ctx, cs[0].ClusterPlan, false); err == nil {
 		t.Fatal("kubeconfig read did not fail")
 	}
 	ck.mu.Lock()
 	ck.failKubeconfig = false
 	ck.mu.Unlock()
-	if _, err := e.p.ClusterKubeconfig(ctx, cs[0], false); err != nil {
+	if _, err := e.p.ClusterKubeconfig(ctx, cs[0].ClusterPlan, false); err != nil {
 		t.Fatalf("a failed read was remembered: %v", err)
 	}
 	if n := ck.reads()["kubeconfig"]; n != 2 {

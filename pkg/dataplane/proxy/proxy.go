@@ -51,6 +51,7 @@ type Proxy struct {
 	mu        sync.Mutex
 	workloads map[string]*workload
 	seen      map[string]bool // UIDs added or kept in the current session
+	synced    bool            // the current session's snapshot is complete
 }
 
 // New builds a Proxy; WithFetcher is required.
@@ -164,22 +165,25 @@ func (p *Proxy) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	backoff := 500 * time.Millisecond
+	var backoff reconnectBackoff
 	for {
 		p.beginSession()
 		err := p.opts.events.Run(ctx, func(ev WorkloadEvent) error { return p.handle(ctx, ev) })
 		if ctx.Err() != nil {
 			return nil
 		}
+		if p.sessionSynced() {
+			backoff.reset()
+		}
 		// The agent restarted or the socket broke: keep serving what we
 		// have and reconcile against the next snapshot.
-		p.opts.log.Warn("workload events ended; reconnecting", "err", err, "retry", backoff)
+		wait := backoff.next()
+		p.opts.log.Warn("workload events ended; reconnecting", "err", err, "retry", wait)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 15*time.Second)
 	}
 }
 
@@ -187,6 +191,14 @@ func (p *Proxy) beginSession() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.seen = map[string]bool{}
+	p.synced = false
+}
+
+// sessionSynced reports whether the last session delivered a whole snapshot.
+func (p *Proxy) sessionSynced() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.synced
 }
 
 func (p *Proxy) handle(ctx context.Context, ev WorkloadEvent) error {
@@ -198,7 +210,11 @@ func (p *Proxy) handle(ctx context.Context, ev WorkloadEvent) error {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if _, ok := p.workloads[ev.UID]; !ok {
-			return fmt.Errorf("keep %s: unknown workload", ev.UID)
+			// The agent lost the pod's netns (its restart) and so did we
+			// (ours): nothing to keep. ztunnel acks this too; a refusal
+			// would only fill istio-cni's log with ack errors.
+			p.opts.log.Debug("keep of a workload this proxy does not serve", "uid", ev.UID)
+			return nil
 		}
 		p.seen[ev.UID] = true
 		return nil
@@ -218,6 +234,9 @@ func (p *Proxy) handle(ctx context.Context, ev WorkloadEvent) error {
 			p.opts.log.Info("removing workload missing from snapshot", "uid", uid)
 			p.removeWorkload(uid)
 		}
+		p.mu.Lock()
+		p.synced = true
+		p.mu.Unlock()
 		p.ready.Store(true)
 		return nil
 	}

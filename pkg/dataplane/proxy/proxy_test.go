@@ -212,15 +212,16 @@ func TestProxyLifecycleAdminAndHBONE(t *testing.T) {
 	}
 
 	// The agent restarts: the new snapshot re-adds a, omits b, and keeps
-	// an unknown uid (refused). b is removed, a keeps its listeners.
+	// an unknown uid (acked, as ztunnel does: nothing to keep). b is
+	// removed, a keeps its listeners.
 	close(s1)
 	s2 := make(chan evReq)
 	agent.sessions <- s2
 	if err := send(t, s2, WorkloadEvent{Kind: EventAdd, UID: "uid-a", Name: "pod-uid-a", Namespace: "default", ServiceAccount: "sa-uid-a"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := send(t, s2, WorkloadEvent{Kind: EventKeep, UID: "uid-zzz"}); err == nil {
-		t.Error("Keep of an unknown workload was acked")
+	if err := send(t, s2, WorkloadEvent{Kind: EventKeep, UID: "uid-zzz"}); err != nil {
+		t.Errorf("Keep of an unknown workload refused: %v", err)
 	}
 	if err := send(t, s2, WorkloadEvent{Kind: EventSnapshotSent}); err != nil {
 		t.Fatal(err)

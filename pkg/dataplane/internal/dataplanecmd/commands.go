@@ -121,7 +121,7 @@ func nodeAgent(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 }
 
 func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
-	zdsSocket := fs.String("zds-socket", zds.DefaultSocketPath, "the node agent's ZDS socket")
+	zdsSocket := fs.String("zds-socket", zds.DefaultSocketPath, "the node agent's ZDS socket: meshctl-cni's or Istio's istio-cni's, which listen at the same path")
 	trustDomain := fs.String("trust-domain", ambient.DefaultTrustDomain, "the mesh trust domain")
 	meshCIDRs := newList(fs, "mesh-cidrs", nil, "destinations sent over HBONE to <ip>:15008 (the mesh's pod CIDRs, comma-separated)")
 	certTTL := fs.Duration("cert-ttl", 24*time.Hour, "requested workload certificate lifetime")

@@ -80,7 +80,7 @@ func (c *Client) Recv(ctx context.Context) (Event, error) {
 func (c *Client) Ack(err error) error {
 	msg := ""
 	if err != nil {
-		msg = err.Error()
+		msg = ackText(err.Error())
 		if msg == "" { // an empty error string would read as success
 			msg = "unknown error"
 		}
