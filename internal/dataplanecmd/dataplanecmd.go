@@ -28,7 +28,7 @@ func Commands() []Command {
 	return []Command{
 		{"install-cni", "Install meshctl's CNI plugin on this node and keep it installed", installCNI},
 		{"node-agent", "Mesh this node's pods and serve ZDS to the node proxy", nodeAgent},
-		{"proxy", "Run the HBONE node proxy for the pods the node agent hands over", proxyCommand},
+		{"proxy", "Run the HBONE node proxy for the pods the node agent hands over (also as `proxy ztunnel`, as Istio's ztunnel chart runs it)", proxyCommand},
 		{"gateway", "Run the east-west gateway: tunnels from other networks to this network's endpoints", gatewayCommand},
 		{"signer", "Approve and sign workload CSRs with the cluster intermediate", signerCommand},
 	}
