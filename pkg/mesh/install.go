@@ -61,7 +61,10 @@ func (r *InstallReport) Failed() []string {
 // charts. Input is checked in full before anything is changed: the error is
 // about input or reachability, per-cluster failures are in the report (see
 // InstallReport.Failed). With WithIstio, Istio's control plane follows
-// (see installIstio); WithInstall(false) leaves the dataplane out.
+// (see installIstio); WithInstall(false) leaves the dataplane out. In
+// ambient mode (WithIstioAmbient) meshctl's charts are left out whatever
+// WithInstall says: the dataplane image is shipped, and runs as Istio's
+// ztunnel.
 func (m *Config) install(ctx context.Context, plan *model.Plan, gateways ...gateway.ClusterResult) (*InstallReport, error) {
 	ctx, unlock, err := m.lock(ctx, plan.Env, "install")
 	if err != nil {
@@ -69,7 +72,12 @@ func (m *Config) install(ctx context.Context, plan *model.Plan, gateways ...gate
 	}
 	defer unlock()
 	report := &InstallReport{Env: plan.Env, Clusters: []installer.ClusterResult{}}
-	if m.o.install {
+	switch {
+	case m.ambient():
+		if err := m.shipProxyImage(ctx, plan, report); err != nil {
+			return nil, err
+		}
+	case m.o.install:
 		var err error
 		if report, err = m.installDataplane(ctx, plan, gateways); err != nil {
 			return nil, err
@@ -123,6 +131,29 @@ func (m *Config) installDataplane(ctx context.Context, plan *model.Plan, gateway
 	return report, nil
 }
 
+// shipProxyImage gets the dataplane image to every node, as
+// installDataplane does, for Istio's ztunnel chart to run: pushed with
+// WithImageRegistry, side-loaded into kind nodes.
+func (m *Config) shipProxyImage(ctx context.Context, plan *model.Plan, report *InstallReport) error {
+	if _, err := m.ztunnel(plan); err != nil {
+		return err
+	}
+	img, id, err := m.dataplaneImage()
+	if err != nil {
+		return err
+	}
+	report.Image, report.ImageID = img.Ref(), id
+	if m.o.pushRegistry != "" {
+		if err := m.step(fmt.Sprintf("Pushing %s", img.Ref()), func() error {
+			report.Pushed, err = img.Push(ctx)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return m.loadImage(ctx, plan, img, report)
+}
+
 // errFailedClusters marks a status line whose step failed in some clusters;
 // the caller gets the report, not this error.
 var errFailedClusters = errors.New("failed in some clusters")
@@ -138,7 +169,7 @@ type preparedInstall struct {
 // without touching any of them, so `up` can refuse bad values, a bad image
 // or an existing cluster without an image source before creating anything.
 func (m *Config) validateInstall(plan *model.Plan) error {
-	if m.o.install {
+	if m.o.install && !m.ambient() {
 		if _, err := m.prepareInstall(plan, nil); err != nil {
 			return err
 		}

@@ -30,6 +30,18 @@ func WithIstio(charts string, images istio.Images) Option {
 	return func(o *options) { o.istio = &istioOptions{charts: charts, images: images, docker: istio.ExecDocker} }
 }
 
+// WithIstioAmbient makes WithIstio's install ambient (see
+// istio.WithAmbient): Istio's istio-cni and ztunnel charts follow istiod,
+// ztunnel runs meshctl's dataplane image (side-loaded as Install's is), and
+// meshctl's own charts are left out — their CNI and node agent would
+// redirect the same pods as istio-cni. The values must be the ambient
+// profile's (values.WithProfile("ambient")), and the image the
+// meshctl-dataplane binary's, which takes the ztunnel chart's arguments.
+func WithIstioAmbient(b bool) Option { return func(o *options) { o.istioAmbient = b } }
+
+// ambient says whether Istio is installed in ambient mode.
+func (m *Config) ambient() bool { return m.o.istio != nil && m.o.istioAmbient }
+
 // withIstioDocker replaces the docker CLI (tests).
 func withIstioDocker(d istio.Docker) Option {
 	return func(o *options) {
@@ -53,7 +65,9 @@ type IstioReport struct {
 type preparedIstio struct {
 	charts  string
 	targets []istio.Target
-	images  []string // distinct istiod images, in target order
+	images  []string // distinct images of Istio's build (istiod, install-cni), in target order
+	// proxy is meshctl's dataplane image, ztunnel's in ambient mode.
+	proxy *image.Image
 }
 
 // prepareIstio finds the charts, renders every cluster's values (exactly
@@ -73,22 +87,41 @@ func (m *Config) prepareIstio(ctx context.Context, plan *model.Plan, gateways []
 		return nil, err
 	}
 	prep := &preparedIstio{charts: charts}
+	var zt *istio.Ztunnel
+	if m.ambient() {
+		if zt, err = m.ztunnel(plan); err != nil {
+			return nil, err
+		}
+		prep.proxy, _, _ = m.dataplaneImage()
+	}
 	for _, r := range rendered {
 		c, _ := plan.Cluster(r.Name)
 		v := o.images.Apply(r.Values)
-		prep.targets = append(prep.targets, istio.Target{
+		t := istio.Target{
 			Target:  installer.Target{Cluster: c.Name, Kubeconfig: m.p.KubeconfigPath(plan.Env, c.Name, false), Values: v},
 			Primary: c.PrimaryClusterName,
-		})
-		ref := istio.PilotImage(v)
-		if !slices.Contains(prep.images, ref) {
-			prep.images = append(prep.images, ref)
 		}
-		if c.Existing && offline(ref) {
-			return nil, fmt.Errorf("cluster %q: existing clusters' nodes cannot be side-loaded with %s: give Istio's images from a registry they pull from with --istio-hub and --istio-tag", c.Name, ref)
+		refs := []string{istio.PilotImage(v)}
+		if zt != nil {
+			z := *zt
+			z.MeshCIDRs = nil
+			for _, s := range meshCIDRs(plan, c) {
+				z.MeshCIDRs = append(z.MeshCIDRs, fmt.Sprint(s))
+			}
+			t.Ztunnel = &z
+			refs = append(refs, istio.CNIImage(v))
+		}
+		prep.targets = append(prep.targets, t)
+		for _, ref := range refs {
+			if !slices.Contains(prep.images, ref) {
+				prep.images = append(prep.images, ref)
+			}
+			if c.Existing && offline(ref) {
+				return nil, fmt.Errorf("cluster %q: existing clusters' nodes cannot be side-loaded with %s: give Istio's images from a registry they pull from with --istio-hub and --istio-tag", c.Name, ref)
+			}
 		}
 	}
-	if err := istio.New(istio.WithCharts(charts)).Validate(prep.targets...); err != nil {
+	if err := istio.New(istio.WithCharts(charts), istio.WithAmbient(m.ambient())).Validate(prep.targets...); err != nil {
 		return nil, err
 	}
 	for _, ref := range prep.images {
@@ -97,6 +130,27 @@ func (m *Config) prepareIstio(ctx context.Context, plan *model.Plan, gateways []
 		}
 	}
 	return prep, nil
+}
+
+// ztunnel is what every cluster's ztunnel runs in ambient mode: meshctl's
+// dataplane image, which must hold the meshctl-dataplane binary (only it
+// takes the `proxy ztunnel` Istio's chart runs), and which existing
+// clusters can only pull from a registry it was pushed to.
+func (m *Config) ztunnel(plan *model.Plan) (*istio.Ztunnel, error) {
+	img, id, err := m.dataplaneImage()
+	if err != nil {
+		return nil, err
+	}
+	if img.Entrypoint() != image.DataplaneBinaryPath {
+		return nil, fmt.Errorf("ambient mode runs meshctl's proxy with Istio's ztunnel chart, whose arguments (proxy ztunnel) only the %s binary takes; the image holds %s: put %s beside meshctl or on PATH (make build), or pass it with --dataplane-binary",
+			image.DataplaneBinaryName, img.Binary(), image.DataplaneBinaryName)
+	}
+	for _, c := range plan.Clusters {
+		if c.Existing && m.o.pushRegistry == "" {
+			return nil, fmt.Errorf("cluster %q: existing clusters' nodes cannot be side-loaded with %s, which runs as ztunnel: push it to a registry they pull from with --image-registry HOST[:PORT][/PATH]", c.Name, img.Ref())
+		}
+	}
+	return &istio.Ztunnel{Image: img.Ref(), ImageID: id}, nil
 }
 
 // offline says whether ref is one of hack/e2e/istio-build's images, which
@@ -120,9 +174,13 @@ func (m *Config) installIstio(ctx context.Context, plan *model.Plan, gateways ..
 	if err := m.loadIstioImages(ctx, plan, prep.images, report); err != nil {
 		return nil, err
 	}
-	in := istio.New(istio.WithCharts(prep.charts), istio.WithTimeout(m.o.installTimeout), istio.WithClients(m.o.clients))
+	in := istio.New(istio.WithCharts(prep.charts), istio.WithAmbient(m.ambient()), istio.WithTimeout(m.o.installTimeout), istio.WithClients(m.o.clients))
+	names := "istio-base, istiod"
+	if m.ambient() {
+		names = "istio-base, istiod, istio-cni, ztunnel"
+	}
 	var res *installer.Result
-	err = m.step(fmt.Sprintf("Installing Istio (istio-base, istiod) into %d cluster(s)", len(prep.targets)), func() error {
+	err = m.step(fmt.Sprintf("Installing Istio (%s) into %d cluster(s)", names, len(prep.targets)), func() error {
 		var err error
 		if res, err = in.Install(ctx, prep.targets...); err == nil && res.Failed() {
 			return errFailedClusters

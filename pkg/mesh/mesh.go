@@ -117,6 +117,7 @@ type options struct {
 	pushRegistry   string
 	installTimeout time.Duration
 	istio          *istioOptions
+	istioAmbient   bool
 	clients        *kubeclient.Factory
 }
 

@@ -122,6 +122,10 @@ func TestBadInput(t *testing.T) {
 		{[]string{"up", "--metallb-upstream-images", "--metallb-speaker-image", "x", "--dry-run"}, "--metallb-upstream-images and --metallb-controller-image/--metallb-speaker-image: give one or the other"},
 		{[]string{"connect", "--metallb-upstream-images", "--metallb-controller-image", "x"}, "give one or the other"},
 		{[]string{"connect", "--gateway-timeout", "soon"}, `invalid argument "soon"`},
+		{[]string{"up", "--istio-ambient", "--dry-run"}, "--istio-ambient installs Istio in ambient mode: it needs --istio"},
+		{[]string{"install", "--istio-ambient"}, "--istio-ambient installs Istio in ambient mode: it needs --istio"},
+		{[]string{"up", "--istio", "--istio-ambient", "--profile", "sidecarless", "--dry-run"}, "--profile sidecarless cannot go with it"},
+		{[]string{"up", "--istio", "--istio-ambient", "--install=false", "--dry-run"}, "--istio-ambient runs meshctl's proxy as Istio's ztunnel: it cannot go with --install=false"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -172,5 +176,26 @@ func TestIntegrationNoDockerEngine(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "ERROR: ") || !strings.Contains(errOut, "cannot reach the Docker engine") || !strings.Contains(errOut, "systemctl start docker") {
 		t.Errorf("stderr: %s", errOut)
+	}
+}
+
+// TestIstioAmbientFlags: --istio-ambient goes with --istio and the default
+// or ambient values profile, and nothing else.
+func TestIstioAmbientFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"up", "--istio", "--istio-ambient", "--dry-run"},
+		{"up", "--istio", "--istio-ambient", "--profile", "ambient", "--dry-run"},
+	} {
+		if code, _, errOut := run(t, args...); code != 0 {
+			t.Errorf("%q: exit %d: %s", args, code, errOut)
+		}
+	}
+	o := istioFlags{Istio: true, Ambient: true}
+	if err := o.validate(&valuesFlags{Profile: "default"}); err != nil {
+		t.Errorf("default profile: %v", err)
+	}
+	if n := len(o.meshOptions()); n != 3 {
+		t.Errorf("ambient mesh options: %d, want WithIstio, WithIstioAmbient and the ambient profile", n)
 	}
 }

@@ -24,6 +24,9 @@ type meshFlags struct {
 // groups. Everything is resolved here, before anything changes, so a bad
 // combination fails first.
 func (g *globals) meshConfig(m meshFlags, opts ...mesh.Option) (*mesh.Config, error) {
+	if err := m.istio.validate(m.values); err != nil {
+		return nil, err
+	}
 	all := []mesh.Option{mesh.WithLogger(g.logger), mesh.WithArtifacts(g.opts.Artifacts)}
 	if m.values != nil {
 		all = append(all, m.values.meshOptions()...)

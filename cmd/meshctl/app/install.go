@@ -54,20 +54,30 @@ istio.io/istio module download of the version meshctl is tested with), each
 cluster with exactly the values 'meshctl values render' gives it, images from
 --istio-hub/--istio-tag (default: the offline build of make e2e-env,
 side-loaded into kind nodes from the host's Docker). Clusters that run their
-own control plane go first, in parallel, then the remotes.`,
+own control plane go first, in parallel, then the remotes.
+
+With --istio --istio-ambient, Istio is installed in ambient mode instead of
+meshctl's charts: the values get the ambient profile (as --profile ambient),
+and Istio's istio-cni (release istio-cni, image install-cni of --istio-hub and
+--istio-tag) and ztunnel (release ztunnel) charts follow istiod; ztunnel's
+chart runs meshctl's dataplane image, built from meshctl-dataplane, so
+meshctl's proxy stands as ztunnel under every name Istio's tools look for,
+with certificates and configuration from istiod.`,
 		Example: `  meshctl install
   meshctl install --env ci --set global.logging.level=debug -o json
   meshctl install --dataplane-binary _output/bin/meshctl
   meshctl install --image-registry registry.example.com:5000/mesh
   meshctl install --istio
-  meshctl install --istio --istio-hub docker.io/istio --istio-tag 1.29.0`,
+  meshctl install --istio --istio-hub docker.io/istio --istio-tag 1.29.0
+  meshctl install --istio --istio-ambient`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			plan, err := g.environmentPlan(cmd)
+			// The flags first: a bad combination fails before any cluster is read.
+			cfg, err := g.meshConfig(meshFlags{values: &o.values, install: &o.install, istio: &o.istio})
 			if err != nil {
 				return err
 			}
-			cfg, err := g.meshConfig(meshFlags{values: &o.values, install: &o.install, istio: &o.istio})
+			plan, err := g.environmentPlan(cmd)
 			if err != nil {
 				return err
 			}

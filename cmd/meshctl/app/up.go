@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -74,6 +75,9 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 			)
 			if err != nil {
 				return err
+			}
+			if o.istio.Ambient && !o.Install {
+				return errors.New("--istio-ambient runs meshctl's proxy as Istio's ztunnel: it cannot go with --install=false")
 			}
 			if o.DryRun {
 				return print(g.streams.Out, o.Output, newDryRun(plan), func(w io.Writer) error { return printPlan(w, plan) })

@@ -103,6 +103,19 @@ type Target struct {
 	Cluster    string         // the cluster's mesh name, for reports
 	Kubeconfig string         // path of its kubeconfig
 	Values     map[string]any // its values (values.Renderer's, plus the image)
+	// ChartValues are the values of single charts, by chart directory, in
+	// place of Values: charts that read one key differently (Istio's
+	// ztunnel and istiod both read a top-level image and env) each get
+	// their own.
+	ChartValues map[string]map[string]any
+}
+
+// ValuesOf are the values t installs the chart in directory dir with.
+func (t Target) ValuesOf(dir string) map[string]any {
+	if v, ok := t.ChartValues[dir]; ok {
+		return v
+	}
+	return t.Values
 }
 
 // Result is every cluster's outcome, in the order of the targets.
@@ -223,8 +236,8 @@ func (i *Installer) Validate(targets ...Target) error {
 		if t.Kubeconfig == "" {
 			errs = append(errs, fmt.Errorf("cluster %q: no kubeconfig", t.Cluster))
 		}
-		for _, c := range cs {
-			if err := validate(c, t.Values); err != nil {
+		for n, c := range cs {
+			if err := validate(c, t.ValuesOf(i.names[n])); err != nil {
 				errs = append(errs, fmt.Errorf("cluster %q: %w", t.Cluster, err))
 				break // the charts share one schema: one report per cluster
 			}
@@ -285,7 +298,7 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*Result, er
 	return i.each(targets, func(t Target, cfg *action.Configuration, ns string) []ReleaseResult {
 		var out []ReleaseResult
 		for n, c := range cs {
-			r := i.installChart(ctx, cfg, ns, i.releaseName(n, c), c, t.Values)
+			r := i.installChart(ctx, cfg, ns, i.releaseName(n, c), c, t.ValuesOf(i.names[n]))
 			if r.Error == "" && i.wait {
 				if err := i.waitRelease(ctx, t, ns, r.manifest); err != nil {
 					r.Error = err.Error()

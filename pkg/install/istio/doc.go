@@ -13,6 +13,13 @@
 // by default the offline build of hack/e2e/istio-build, meshctl/pilot:<Version>,
 // which the caller side-loads into kind nodes (SaveFromDocker, image.FromArchive).
 //
+// In ambient mode (WithAmbient) istio-cni and ztunnel follow istiod
+// (AmbientReleases): Istio's istio-cni enrolls the pods and serves ZDS, and
+// Istio's ztunnel chart runs meshctl's dataplane image (Target.Ztunnel), so
+// meshctl's proxy stands as ztunnel under every name Istio's tools look for,
+// with istiod's CA and XDS. That chart gets values of its own: it reads the
+// same top-level image and env as istiod's.
+//
 // Install checks every cluster's values and reachability before touching
 // any; then installs, atomically, every cluster that runs its own control
 // plane in parallel, then every remote whose primary succeeded. A rerun with

@@ -38,8 +38,15 @@ func (im Images) Apply(v map[string]any) map[string]any {
 	}
 	set("hub", im.Hub, DefaultHub)
 	set("tag", im.Tag, DefaultTag())
-	if s, _ := g["imagePullPolicy"].(string); s == "" && g["hub"] == DefaultHub {
-		g["imagePullPolicy"] = "IfNotPresent"
+	if g["hub"] == DefaultHub {
+		if s, _ := g["imagePullPolicy"].(string); s == "" {
+			g["imagePullPolicy"] = "IfNotPresent"
+		}
+		// The offline build has no variants; the ambient profile asks
+		// for distroless ones, and only an explicit "" undoes that.
+		if s, _ := g["variant"].(string); s == "" {
+			g["variant"] = ""
+		}
 	}
 	return out
 }
@@ -53,20 +60,28 @@ func copyMap(m map[string]any) map[string]any {
 }
 
 // PilotImage is the image istiod runs with values v, as Istio's istiod chart
-// spells it: <hub>/<image>:<tag>[-<variant>], each from the top level of the
-// values or else global; an image with a "/" is used as it is.
-func PilotImage(v map[string]any) string {
+// spells it: <hub>/<image>:<tag>[-<variant>], each from the pilot section,
+// else the top level of the values, else global; an image with a "/" is
+// used as it is.
+func PilotImage(v map[string]any) string { return imageRef(v, "pilot", "pilot") }
+
+// imageRef is the image of the chart whose section of the values is
+// section (Istio's charts copy it over the top level), image def unless
+// the values name one.
+func imageRef(v map[string]any, section, def string) string {
 	g, _ := v["global"].(map[string]any)
+	sec, _ := v[section].(map[string]any)
 	get := func(key string) string {
-		if s, _ := v[key].(string); s != "" {
-			return s
+		for _, m := range []map[string]any{sec, v, g} {
+			if s, _ := m[key].(string); s != "" {
+				return s
+			}
 		}
-		s, _ := g[key].(string)
-		return s
+		return ""
 	}
-	img, _ := v["image"].(string)
+	img := get("image")
 	if img == "" {
-		img = "pilot"
+		img = def
 	}
 	if strings.Contains(img, "/") {
 		return img

@@ -112,14 +112,14 @@ func TestIntegrationIstioCharts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := releaseActions(un.Clusters[0]); got != "istiod=uninstalled istio-base=uninstalled" {
+	if got := releaseActions(un.Clusters[0]); got != "ztunnel=not installed istio-cni=not installed istiod=uninstalled istio-base=uninstalled" {
 		t.Fatalf("uninstall: %s (%+v)", got, un)
 	}
 	un, err = New().Uninstall(ctx, tgt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := releaseActions(un.Clusters[0]); got != "istiod=not installed istio-base=not installed" {
+	if got := releaseActions(un.Clusters[0]); got != "ztunnel=not installed istio-cni=not installed istiod=not installed istio-base=not installed" {
 		t.Fatalf("second uninstall: %s", got)
 	}
 }
@@ -167,5 +167,106 @@ func TestIntegrationRemoteNamesItsControlPlane(t *testing.T) {
 	}
 	if _, err := cs.AppsV1().Deployments("istio-system").Get(ctx, "istiod", metav1.GetOptions{}); err == nil {
 		t.Error("the remote runs an istiod of its own; want the remote profile")
+	}
+}
+
+// TestIntegrationIstioAmbient installs Istio's real charts in ambient mode
+// against a real kube-apiserver, with the values `values render --profile
+// ambient` gives cluster1: istio-base, istiod with ambient on, istio-cni's
+// node DaemonSet, and Istio's ztunnel chart running meshctl's proxy under
+// ztunnel's names. A rerun changes nothing; uninstall removes all four,
+// ztunnel first.
+func TestIntegrationIstioAmbient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration: starts etcd and kube-apiserver")
+	}
+	charts := chartsDir(t)
+	cfg := testenv.New(t)
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	tgt := Target{Target: installer.Target{Cluster: "cluster1", Kubeconfig: kubeconfigFor(t, cfg), Values: ambientValues(t)}, Primary: "cluster1", Ztunnel: testZtunnel}
+	in := New(WithCharts(charts), WithWait(false), WithAmbient(true))
+
+	res, err := in.Install(ctx, tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := releaseActions(res.Clusters[0]); got != "istio-base=installed istiod=installed istio-cni=installed ztunnel=installed" || res.Failed() {
+		t.Fatalf("install: %s (%+v)", got, res)
+	}
+	zt, err := cs.AppsV1().DaemonSets("istio-system").Get(ctx, "ztunnel", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("Istio's tools find ztunnel as DaemonSet istio-system/ztunnel: %v", err)
+	}
+	pod := zt.Spec.Template
+	c := pod.Spec.Containers[0]
+	if pod.Spec.ServiceAccountName != "ztunnel" || pod.Labels["app"] != "ztunnel" {
+		t.Errorf("ztunnel pods: service account %q, app=%q; want ztunnel, ztunnel (istiod trusts istio-system/ztunnel)", pod.Spec.ServiceAccountName, pod.Labels["app"])
+	}
+	if c.Image != testZtunnel.Image || strings.Join(c.Args, " ") != "proxy ztunnel" || c.ImagePullPolicy != "IfNotPresent" {
+		t.Errorf("ztunnel runs %s %q (%s), want meshctl's proxy %s with the chart's arguments, IfNotPresent", c.Image, c.Args, c.ImagePullPolicy, testZtunnel.Image)
+	}
+	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Port.IntValue() != 15021 || p.HTTPGet.Path != "/healthz/ready" {
+		t.Errorf("ztunnel readiness %+v, want /healthz/ready on 15021", p)
+	}
+	if pod.Annotations[ZtunnelImageIDAnnotation] != testZtunnel.ImageID {
+		t.Errorf("ztunnel pods' %s = %q, want %s", ZtunnelImageIDAnnotation, pod.Annotations[ZtunnelImageIDAnnotation], testZtunnel.ImageID)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	if env["XDS_ADDRESS"] != "istiod.istio-system.svc:15012" || env["CA_ADDRESS"] != "istiod.istio-system.svc:15012" || env["ISTIO_META_CLUSTER_ID"] != "cluster1" || env["MESHCTL_MESH_CIDRS"] == "" {
+		t.Errorf("ztunnel env %v: want istiod's XDS and CA, cluster1, the mesh CIDRs", env)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts("istio-system").Get(ctx, "ztunnel", metav1.GetOptions{}); err != nil {
+		t.Errorf("service account istio-system/ztunnel: %v", err)
+	}
+	cni, err := cs.AppsV1().DaemonSets("istio-system").Get(ctx, "istio-cni-node", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("istio-cni's DaemonSet: %v", err)
+	}
+	if img := cni.Spec.Template.Spec.Containers[0].Image; img != "meshctl/install-cni:"+Version {
+		t.Errorf("istio-cni runs %s, want the offline build meshctl/install-cni:%s", img, Version)
+	}
+	cm, err := cs.CoreV1().ConfigMaps("istio-system").Get(ctx, "istio-cni-config", metav1.GetOptions{})
+	if err != nil || cm.Data["AMBIENT_ENABLED"] != "true" {
+		t.Errorf("istio-cni-config AMBIENT_ENABLED: %v %v, want true", cm.Data, err)
+	}
+	d, err := cs.AppsV1().Deployments("istio-system").Get(ctx, "istiod", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ienv := map[string]string{}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		ienv[e.Name] = e.Value
+	}
+	if ienv["PILOT_ENABLE_AMBIENT"] != "true" || ienv["CA_TRUSTED_NODE_ACCOUNTS"] != "istio-system/ztunnel" {
+		t.Errorf("istiod PILOT_ENABLE_AMBIENT %q CA_TRUSTED_NODE_ACCOUNTS %q, want true, istio-system/ztunnel", ienv["PILOT_ENABLE_AMBIENT"], ienv["CA_TRUSTED_NODE_ACCOUNTS"])
+	}
+
+	res, err = in.Install(ctx, tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := releaseActions(res.Clusters[0]); got != "istio-base=unchanged istiod=unchanged istio-cni=unchanged ztunnel=unchanged" {
+		t.Fatalf("rerun: %s (%+v)", got, res)
+	}
+	again, _ := cs.AppsV1().DaemonSets("istio-system").Get(ctx, "ztunnel", metav1.GetOptions{})
+	if again.ResourceVersion != zt.ResourceVersion {
+		t.Errorf("rerun changed ztunnel (resourceVersion %s -> %s)", zt.ResourceVersion, again.ResourceVersion)
+	}
+
+	un, err := New().Uninstall(ctx, tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := releaseActions(un.Clusters[0]); got != "ztunnel=uninstalled istio-cni=uninstalled istiod=uninstalled istio-base=uninstalled" {
+		t.Fatalf("uninstall: %s (%+v)", got, un)
+	}
+	for _, ds := range []string{"ztunnel", "istio-cni-node"} {
+		if _, err := cs.AppsV1().DaemonSets("istio-system").Get(ctx, ds, metav1.GetOptions{}); err == nil {
+			t.Errorf("DaemonSet %s is still there after uninstall", ds)
+		}
 	}
 }

@@ -70,9 +70,13 @@ func ChartsDir(ctx context.Context, version string) (string, error) {
 	return filepath.Join(dl.Dir, "manifests", "charts"), nil
 }
 
-// CheckCharts says whether dir holds the charts Releases name.
-func CheckCharts(dir string) error {
-	for _, r := range Releases {
+// CheckCharts says whether dir holds the charts of releases (default:
+// Releases).
+func CheckCharts(dir string, releases ...Release) error {
+	if len(releases) == 0 {
+		releases = Releases
+	}
+	for _, r := range releases {
 		if _, err := os.Stat(filepath.Join(dir, r.Chart, "Chart.yaml")); err != nil {
 			return fmt.Errorf("Istio charts directory %s has no chart %s (want Istio's manifests/charts): %w", dir, r.Chart, err)
 		}
@@ -83,6 +87,7 @@ func CheckCharts(dir string) error {
 // Installer installs Istio's charts. Build it with New.
 type Installer struct {
 	charts  string
+	ambient bool
 	timeout time.Duration
 	wait    bool
 	debug   func(format string, v ...any)
@@ -97,6 +102,10 @@ func WithClients(f *kubeclient.Factory) Option { return func(i *Installer) { i.c
 
 // WithCharts is the directory of Istio's charts (ChartsDir's).
 func WithCharts(dir string) Option { return func(i *Installer) { i.charts = dir } }
+
+// WithAmbient installs Istio in ambient mode (AmbientReleases): every
+// target needs its Ztunnel, and values with istiod's ambient support on.
+func WithAmbient(b bool) Option { return func(i *Installer) { i.ambient = b } }
 
 // WithTimeout bounds each release's install, upgrade or uninstall.
 func WithTimeout(d time.Duration) Option { return func(i *Installer) { i.timeout = d } }
@@ -117,7 +126,15 @@ func New(opts ...Option) *Installer {
 	return i
 }
 
-func (i *Installer) helm() *installer.Installer { return i.helmOf(Releases) }
+// releases are the releases Install installs, in order.
+func (i *Installer) releases() []Release {
+	if i.ambient {
+		return AmbientReleases
+	}
+	return Releases
+}
+
+func (i *Installer) helm() *installer.Installer { return i.helmOf(i.releases()) }
 
 func (i *Installer) helmOf(releases []Release) *installer.Installer {
 	dirs, names := make([]string, len(releases)), make([]string, len(releases))
@@ -135,6 +152,8 @@ type Target struct {
 	// primary, or the external control plane); empty or Cluster itself for
 	// a cluster that runs its own.
 	Primary string
+	// Ztunnel is meshctl's proxy as this cluster's ztunnel (WithAmbient).
+	Ztunnel *Ztunnel
 }
 
 func (t Target) remote() bool { return t.Primary != "" && t.Primary != t.Cluster }
@@ -160,10 +179,15 @@ func Order(targets []Target) [][]Target {
 	return out
 }
 
-func plain(ts []Target) []installer.Target {
+// plain are the targets as the Helm installer takes them: in ambient mode
+// the ztunnel chart gets values of its own (Ztunnel.values).
+func (i *Installer) plain(ts []Target) []installer.Target {
 	out := make([]installer.Target, len(ts))
 	for n, t := range ts {
 		out[n] = t.Target
+		if i.ambient && t.Ztunnel != nil {
+			out[n].ChartValues = map[string]map[string]any{ZtunnelChart: t.Ztunnel.values(t.Values)}
+		}
 	}
 	return out
 }
@@ -174,10 +198,23 @@ func (i *Installer) Validate(targets ...Target) error {
 	if i.charts == "" {
 		return errors.New("no Istio charts directory (istio.WithCharts; --istio-charts)")
 	}
-	if err := CheckCharts(i.charts); err != nil {
+	if err := CheckCharts(i.charts, i.releases()...); err != nil {
 		return err
 	}
-	return i.helm().Validate(plain(targets)...)
+	if i.ambient {
+		var errs []error
+		for _, t := range targets {
+			if err := t.Ztunnel.validate(); err != nil {
+				errs = append(errs, fmt.Errorf("cluster %q: %w", t.Cluster, err))
+			} else if err := requireAmbient(t.Cluster, t.Values); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
+	return i.helm().Validate(i.plain(targets)...)
 }
 
 // Install installs istio-base and istiod into every target: values and
@@ -192,7 +229,7 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*installer.
 		return nil, err
 	}
 	h := i.helm()
-	if err := h.Reachable(ctx, plain(targets)...); err != nil {
+	if err := h.Reachable(ctx, i.plain(targets)...); err != nil {
 		return nil, err
 	}
 	prepared, err := i.prepareRemotes(ctx, targets)
@@ -212,7 +249,7 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*installer.
 				continue // its preparation failed
 			}
 			if p, done := byName[t.Primary]; t.remote() && done && p.Error != "" {
-				byName[t.Cluster] = skipped(t, fmt.Sprintf("skipped: its primary %s failed", t.Primary))
+				byName[t.Cluster] = i.skipped(t, fmt.Sprintf("skipped: its primary %s failed", t.Primary))
 				continue
 			}
 			run = append(run, t)
@@ -220,7 +257,7 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*installer.
 		if len(run) == 0 {
 			continue
 		}
-		res, err := h.Install(ctx, plain(run)...)
+		res, err := h.Install(ctx, i.plain(run)...)
 		if err != nil {
 			return nil, err
 		}
@@ -260,7 +297,7 @@ func (i *Installer) prepareRemotes(ctx context.Context, targets []Target) (map[s
 			continue
 		}
 		if err := i.markControlPlane(ctx, t); err != nil {
-			out[t.Cluster] = skipped(t, err.Error())
+			out[t.Cluster] = i.skipped(t, err.Error())
 			continue
 		}
 		remotes = append(remotes, t)
@@ -268,13 +305,14 @@ func (i *Installer) prepareRemotes(ctx context.Context, targets []Target) (map[s
 	if len(remotes) == 0 {
 		return out, nil
 	}
-	res, err := i.helmOf(Releases[:1]).Install(ctx, plain(remotes)...)
+	rel := i.releases()
+	res, err := i.helmOf(rel[:1]).Install(ctx, i.plain(remotes)...)
 	if err != nil {
 		return nil, err
 	}
 	for _, c := range res.Clusters {
 		if c.Error != "" { // istio-base's outcome as it is, the rest skipped
-			for _, r := range Releases[1:] {
+			for _, r := range rel[1:] {
 				c.Releases = append(c.Releases, installer.ReleaseResult{Name: r.Name, Chart: r.Chart, Action: installer.ActionSkipped})
 			}
 		}
@@ -302,9 +340,9 @@ func (i *Installer) markControlPlane(ctx context.Context, t Target) error {
 	return nil
 }
 
-func skipped(t Target, why string) installer.ClusterResult {
+func (i *Installer) skipped(t Target, why string) installer.ClusterResult {
 	c := installer.ClusterResult{Cluster: t.Cluster, Namespace: installer.Namespace(t.Values), Error: why}
-	for _, r := range Releases {
+	for _, r := range i.releases() {
 		c.Releases = append(c.Releases, installer.ReleaseResult{Name: r.Name, Chart: r.Chart, Action: installer.ActionSkipped})
 	}
 	return c
@@ -318,18 +356,20 @@ func collect(targets []Target, byName map[string]installer.ClusterResult) *insta
 	return res
 }
 
-// Uninstall removes istiod and istio-base from every target, remotes first,
-// then the clusters that run their own control plane. It needs no charts:
-// releases are removed by name. A release not installed is reported so.
+// Uninstall removes every release of AmbientReleases from every target, in
+// reverse order (ztunnel, istio-cni, istiod, istio-base), remotes first,
+// then the clusters that run their own control plane: an uninstall need
+// not know the mode of the install. It needs no charts: releases are
+// removed by name. A release not installed is reported so.
 func (i *Installer) Uninstall(ctx context.Context, targets ...Target) (*installer.Result, error) {
-	h := i.helm()
-	if err := h.Reachable(ctx, plain(targets)...); err != nil {
+	h := i.helmOf(AmbientReleases)
+	if err := h.Reachable(ctx, i.plain(targets)...); err != nil {
 		return nil, err
 	}
 	phases := Order(targets)
 	byName := map[string]installer.ClusterResult{}
 	for n := len(phases) - 1; n >= 0; n-- {
-		res, err := h.Uninstall(ctx, plain(phases[n])...)
+		res, err := h.Uninstall(ctx, i.plain(phases[n])...)
 		if err != nil {
 			return nil, err
 		}

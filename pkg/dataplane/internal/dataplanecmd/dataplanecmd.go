@@ -28,7 +28,7 @@ func Commands() []Command {
 	return []Command{
 		{"install-cni", "Install meshctl's CNI plugin on this node and keep it installed", installCNI},
 		{"node-agent", "Mesh this node's pods and serve ZDS to the node proxy", nodeAgent},
-		{"proxy", "Run the HBONE node proxy for the pods the node agent hands over", proxyCommand},
+		{"proxy", "Run the HBONE node proxy for the pods the node agent hands over (also as `proxy ztunnel`, as Istio's ztunnel chart runs it)", proxyCommand},
 		{"gateway", "Run the east-west gateway: tunnels from other networks to this network's endpoints", gatewayCommand},
 		{"signer", "Approve and sign workload CSRs with the cluster intermediate", signerCommand},
 	}
@@ -84,6 +84,7 @@ func Run(ctx context.Context, name string, args []string, stderr io.Writer) erro
 		return fmt.Errorf("unknown dataplane command %q (want one of %s)", name, strings.Join(names, ", "))
 	}
 	cmd := Commands()[i]
+	args, asZtunnel := ztunnelShape(name, args)
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned, usage printed only when asked for
 	var verbosity int
@@ -104,6 +105,11 @@ func Run(ctx context.Context, name string, args []string, stderr io.Writer) erro
 	}
 	if err := fromEnv(fs, os.LookupEnv); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
+	}
+	if asZtunnel {
+		if err := fromZtunnelEnv(fs, os.LookupEnv); err != nil {
+			return fmt.Errorf("%s %s: %w", name, ZtunnelArg, err)
+		}
 	}
 	level := slog.LevelInfo
 	if verbosity >= 2 {

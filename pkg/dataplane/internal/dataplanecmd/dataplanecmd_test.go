@@ -100,6 +100,10 @@ func TestMainArgs(t *testing.T) {
 		{[]string{"dataplane", "proxy", "--mesh-cidrs", "10.0.0.0/8,nonsense"}, 1, "", "--mesh-cidrs"},
 		{[]string{"dataplane", "proxy", "--no-such-flag"}, 1, "", "proxy: flag provided but not defined: -no-such-flag"},
 		{[]string{"dataplane", "proxy", "extra"}, 1, "", `proxy: unexpected argument "extra"`},
+		// Istio's ztunnel chart runs `proxy ztunnel`: taken, and only there.
+		{[]string{"proxy", "ztunnel", "--mesh-cidrs", "nonsense"}, 1, "", "--mesh-cidrs"},
+		{[]string{"proxy", "ztunnel", "extra"}, 1, "", `proxy: unexpected argument "extra"`},
+		{[]string{"install-cni", "ztunnel"}, 1, "", `install-cni: unexpected argument "ztunnel"`},
 		{[]string{"dataplane", "ztunnel"}, 1, "", `unknown dataplane command "ztunnel" (want one of install-cni, node-agent, proxy, gateway, signer)`},
 		{[]string{"dataplane", "gateway", "--namespace=istio-system", "--service-account=", "--pod-name=p", "--pod-uid=u", "--network=n"}, 1, "", "SERVICE_ACCOUNT"},
 		{[]string{"dataplane", "gateway", "--namespace=istio-system", "--service-account=gw", "--pod-name=p", "--pod-uid=u", "--network="}, 1, "", "--network is empty"},
@@ -215,5 +219,43 @@ func TestCARootSource(t *testing.T) {
 		if _, err := caRootSource(bad, "istio-system", cs); err == nil || !strings.Contains(err.Error(), "--ca-root") {
 			t.Errorf("%q: error %v, want one naming --ca-root", bad, err)
 		}
+	}
+}
+
+// TestFromZtunnelEnv: under Istio's ztunnel chart, its variables fill the
+// flags nothing else set; the command line and MESHCTL_<FLAG> win, and an
+// empty variable is no setting.
+func TestFromZtunnelEnv(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	ca := fs.String("ca-address", "", "")
+	xds := fs.String("xds-address", "", "")
+	cluster := fs.String("cluster", "Kubernetes", "")
+	network := fs.String("network", "", "")
+	if err := fs.Parse([]string{"--xds-address=flag:15012"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"CA_ADDRESS":            "istiod.istio-system.svc:15012",
+		"XDS_ADDRESS":           "env:15012",
+		"ISTIO_META_CLUSTER_ID": "cluster1",
+		"MESHCTL_NETWORK":       "network9",
+		"NETWORK":               "",
+	}
+	lookup := func(k string) (string, bool) { s, ok := env[k]; return s, ok }
+	if err := fromEnv(fs, lookup); err != nil {
+		t.Fatal(err)
+	}
+	if err := fromZtunnelEnv(fs, lookup); err != nil {
+		t.Fatal(err)
+	}
+	if *ca != "istiod.istio-system.svc:15012" || *xds != "flag:15012" || *cluster != "cluster1" || *network != "network9" {
+		t.Errorf("ca-address %q xds-address %q cluster %q network %q", *ca, *xds, *cluster, *network)
+	}
+	if rest, ok := ztunnelShape("proxy", []string{"ztunnel", "-v", "2"}); !ok || !slices.Equal(rest, []string{"-v", "2"}) {
+		t.Errorf("ztunnelShape(proxy ztunnel -v 2) = %q, %v", rest, ok)
+	}
+	if _, ok := ztunnelShape("proxy", []string{"--cluster=ztunnel"}); ok {
+		t.Error("a flag's value taken for ztunnel's argument")
 	}
 }
