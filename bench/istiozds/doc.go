@@ -1,4 +1,4 @@
-// Package istiozds checks that meshctl's ZDS client (pkg/dataplane/zds,
+// Package istiozds checks that meshctl's ZDS client (pkg/dataplane/internal/zds,
 // through proxy.ZDS, the proxy's workload source) is driven by Istio's own
 // istio-cni node agent (istio.io/istio/cni/pkg/nodeagent) as ztunnel is:
 // hello, snapshot, AddWorkload with the pod's netns fd, KeepWorkload after
