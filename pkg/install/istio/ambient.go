@@ -90,6 +90,26 @@ func (z *Ztunnel) values(cluster map[string]any) map[string]any {
 	return out
 }
 
+// cniValues are the istio-cni release's values from a cluster's, with DNS
+// capture off unless the values set it: istio-cni's in-pod rules would send
+// every ambient pod's DNS (port 53) to ztunnel's DNS proxy on 15053, which
+// meshctl's proxy does not serve, and no name would resolve. Istio's chart
+// reads cni.ambient.dnsCapture (its cni section is copied over the top
+// level), default true.
+func (z *Ztunnel) cniValues(cluster map[string]any) map[string]any {
+	out := copyMap(cluster)
+	cni, _ := cluster["cni"].(map[string]any)
+	cni = copyMap(cni)
+	amb, _ := cni["ambient"].(map[string]any)
+	amb = copyMap(amb)
+	if _, set := amb["dnsCapture"]; !set {
+		amb["dnsCapture"] = false
+	}
+	cni["ambient"] = amb
+	out["cni"] = cni
+	return out
+}
+
 // CNIImage is the image Istio's istio-cni chart runs with values v:
 // <hub>/<image>:<tag>[-<variant>], each from the cni section (which the
 // chart copies over the top level), else the top level, else global.

@@ -71,6 +71,11 @@ func TestRenderAmbientCharts(t *testing.T) {
 	if !regexp.MustCompile(`AMBIENT_ENABLED: "true"`).MatchString(cni) || !strings.Contains(cni, "name: istio-cni-node") {
 		t.Error("istio-cni is not the ambient istio-cni-node DaemonSet")
 	}
+	// meshctl's proxy serves no DNS on 15053: istio-cni must not send
+	// the pods' DNS there.
+	if !strings.Contains(cni, `AMBIENT_DNS_CAPTURE: "false"`) {
+		t.Error(`istio-cni's config lacks AMBIENT_DNS_CAPTURE: "false"`)
+	}
 	for _, want := range []string{
 		"kind: DaemonSet\nmetadata:\n  name: ztunnel",
 		"serviceAccountName: ztunnel",
@@ -124,4 +129,23 @@ func TestAmbientValidate(t *testing.T) {
 
 func targetOf(cluster string, v map[string]any) installer.Target {
 	return installer.Target{Cluster: cluster, Values: v}
+}
+
+// TestCNIValuesKeepUserDNSCapture: a user's cni.ambient.dnsCapture stands,
+// and the cluster's values are not changed in place.
+func TestCNIValuesKeepUserDNSCapture(t *testing.T) {
+	t.Parallel()
+	v := map[string]any{"cni": map[string]any{"ambient": map[string]any{"enabled": true, "dnsCapture": true}}}
+	got := testZtunnel.cniValues(v)
+	if amb := got["cni"].(map[string]any)["ambient"].(map[string]any); amb["dnsCapture"] != true || amb["enabled"] != true {
+		t.Errorf("cni.ambient = %v, want the user's dnsCapture and enabled kept", amb)
+	}
+	plain := map[string]any{"cni": map[string]any{"ambient": map[string]any{"enabled": true}}}
+	got = testZtunnel.cniValues(plain)
+	if amb := got["cni"].(map[string]any)["ambient"].(map[string]any); amb["dnsCapture"] != false || amb["enabled"] != true {
+		t.Errorf("cni.ambient = %v, want dnsCapture false beside enabled", amb)
+	}
+	if _, set := plain["cni"].(map[string]any)["ambient"].(map[string]any)["dnsCapture"]; set {
+		t.Error("cniValues changed the cluster's values in place")
+	}
 }

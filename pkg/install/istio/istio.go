@@ -180,13 +180,17 @@ func Order(targets []Target) [][]Target {
 }
 
 // plain are the targets as the Helm installer takes them: in ambient mode
-// the ztunnel chart gets values of its own (Ztunnel.values).
+// the ztunnel and istio-cni charts get values of their own (Ztunnel.values,
+// Ztunnel.cniValues).
 func (i *Installer) plain(ts []Target) []installer.Target {
 	out := make([]installer.Target, len(ts))
 	for n, t := range ts {
 		out[n] = t.Target
 		if i.ambient && t.Ztunnel != nil {
-			out[n].ChartValues = map[string]map[string]any{ZtunnelChart: t.Ztunnel.values(t.Values)}
+			out[n].ChartValues = map[string]map[string]any{
+				ZtunnelChart: t.Ztunnel.values(t.Values),
+				CNIChart:     t.Ztunnel.cniValues(t.Values),
+			}
 		}
 	}
 	return out
