@@ -8,19 +8,7 @@ import (
 	"strings"
 )
 
-// The ports a node proxy listens on inside each pod's network namespace. A
-// CONNECT to one of them would loop a tunnel back into the proxy itself.
-const (
-	PortOutbound  = 15001
-	PortInbound   = 15006
-	PortHBONE     = 15008
-	maxAuthLength = 64 // "[" + 45-char IPv6 + "]:" + 5-digit port, with slack
-)
-
-// IsSelfCallPort reports whether port belongs to the proxy itself.
-func IsSelfCallPort(port uint16) bool {
-	return port == PortOutbound || port == PortInbound || port == PortHBONE
-}
+const maxAuthLength = 64 // "[" + 45-char IPv6 + "]:" + 5-digit port, with slack
 
 var errNotIPPort = errors.New("authority is not ip:port")
 

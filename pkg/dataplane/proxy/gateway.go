@@ -20,6 +20,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 )
 
@@ -67,7 +68,7 @@ func NewGateway(cfg GatewayConfig, opts ...Option) (*Gateway, error) {
 		return nil, errors.New("gateway: its pod's namespace, name and service account are required (they make its identity)")
 	}
 	if cfg.Listen == "" {
-		cfg.Listen = ":" + strconv.Itoa(PortHBONE)
+		cfg.Listen = ":" + strconv.Itoa(ambient.PortHBONE)
 	}
 	g := &Gateway{opts: o, cfg: cfg, id: identity.New(o.trustDomain, cfg.Namespace, cfg.ServiceAccount), reg: prometheus.NewRegistry()}
 	if o.fetcher == nil {

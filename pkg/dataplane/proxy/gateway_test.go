@@ -14,6 +14,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
@@ -54,7 +55,7 @@ func TestGatewayOnLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	endpoint := netip.MustParseAddr("127.0.0.73")
-	epLn, err := net.Listen("tcp", netip.AddrPortFrom(endpoint, PortHBONE).String())
+	epLn, err := net.Listen("tcp", netip.AddrPortFrom(endpoint, ambient.PortHBONE).String())
 	if err != nil {
 		t.Skipf("cannot listen on %s:15008 for the endpoint: %v", endpoint, err)
 	}

@@ -20,16 +20,6 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
 )
 
-// Ports, as ztunnel's port table.
-const (
-	PortAdmin     = 15000
-	PortOutbound  = hbone.PortOutbound
-	PortInbound   = hbone.PortInbound
-	PortHBONE     = hbone.PortHBONE
-	PortMetrics   = 15020
-	PortReadiness = 15021
-)
-
 // Per-workload limits (WithWorkloadLimits). A connect costs the proxy a
 // socket and a goroutine until the peer answers (up to the 10 s dial
 // timeout): one pod dialing a black hole must not take the node's proxy
@@ -82,7 +72,6 @@ type options struct {
 	policyConfig *rest.Config
 	policyRootNS string
 	policies     *policy.Store
-	lookup       func(dst netip.Addr) (namespace string, labels map[string]string, ok bool)
 	// gatewayListener replaces the gateway's own listen (tests serve it
 	// in a network namespace).
 	gatewayListener net.Listener
@@ -94,7 +83,7 @@ func defaults() options {
 		adminAddr:      "127.0.0.1:15000",
 		metricsAddr:    ":15020",
 		readyAddr:      ":15021",
-		ports:          [3]int{PortOutbound, PortInbound, PortHBONE},
+		ports:          [3]int{ambient.PortOutbound, ambient.PortInbound, ambient.PortHBONE},
 		mark:           hbone.DefaultMark,
 		preserveSource: true,
 		learnWait:      defaultLearnWait,

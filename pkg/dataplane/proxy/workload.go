@@ -17,6 +17,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/podnet"
 )
 
@@ -312,7 +313,7 @@ func resetConn(c net.Conn) {
 func (p *Proxy) inboundPlaintext(ctx context.Context, w *workload, c net.Conn) {
 	defer c.Close()
 	dst, err := originalDst(c)
-	if err != nil || hbone.IsSelfCallPort(dst.Port()) {
+	if err != nil || ambient.IsProxyPort(dst.Port()) {
 		return
 	}
 	src := addrPort(c.RemoteAddr()).Addr()
