@@ -12,11 +12,11 @@ const maxAuthLength = 64 // "[" + 45-char IPv6 + "]:" + 5-digit port, with slack
 
 var errNotIPPort = errors.New("authority is not ip:port")
 
-// ParseAuthority parses a CONNECT :authority, which HBONE requires to be a
+// parseAuthority parses a CONNECT :authority, which HBONE requires to be a
 // literal IP and port. Host names, zones, port 0 and non-canonical forms are
 // refused because the server compares the IP with the connection's own
 // destination and a second spelling of the same address would dodge that check.
-func ParseAuthority(s string) (netip.AddrPort, error) {
+func parseAuthority(s string) (netip.AddrPort, error) {
 	if len(s) == 0 || len(s) > maxAuthLength {
 		return netip.AddrPort{}, fmt.Errorf("authority %q: %w", s, errNotIPPort)
 	}

@@ -183,7 +183,7 @@ func (s *Server) admit(info *connInfo, req *h2tun.Request) (dst netip.AddrPort, 
 			return dst, host, http.StatusBadRequest, "authority"
 		}
 	}
-	dst, err := ParseAuthority(req.Authority)
+	dst, err := parseAuthority(req.Authority)
 	switch {
 	case err != nil:
 		return dst, host, http.StatusBadRequest, "authority"

@@ -36,7 +36,7 @@ func TestNewGatewayNeedsItsPodAndAModel(t *testing.T) {
 		{GatewayConfig{Namespace: "istio-system", ServiceAccount: "gw", PodName: "gw"}, []Option{f}, "WithDiscovery"},
 		{GatewayConfig{Namespace: "istio-system", ServiceAccount: "gw", PodName: "gw"}, []Option{withModel}, "WithFetcher"},
 	} {
-		if _, err := NewGateway(tc.cfg, tc.opts...); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := newEastWest(tc.cfg, tc.opts...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error naming %q", tc.cfg, err, tc.want)
 		}
 	}
@@ -105,7 +105,7 @@ func TestGatewayOnLoopback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := NewGateway(GatewayConfig{Namespace: "istio-system", ServiceAccount: "istio-eastwestgateway", PodName: "gw", PodUID: "uid"},
+	g, err := newEastWest(GatewayConfig{Namespace: "istio-system", ServiceAccount: "istio-eastwestgateway", PodName: "gw", PodUID: "uid"},
 		WithFetcher(certs.FromCA(c, time.Hour, time.Now)), WithAddresses("", "", ""),
 		func(o *options) { o.model, o.gatewayListener = m, gwLn })
 	if err != nil {
