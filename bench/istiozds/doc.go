@@ -5,7 +5,7 @@
 // the agent restarts, DelWorkload when the pod leaves the mesh, each acked.
 //
 // The agent runs in-process through its only exported entry point,
-// nodeagent.NewServer, against a real kube-apiserver (pkg/testenv) and in
+// nodeagent.NewServer, against a real kube-apiserver (internal/testenv) and in
 // a network namespace of the test's own (it programs host rules and an
 // ipset where it runs); pods are network namespaces the test creates, and
 // CNI ADD events are posted to the agent's plugin socket as Istio's CNI

@@ -7,8 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // loadBalancerPoll is how often LoadBalancer looks at the Service: short,
@@ -26,7 +27,7 @@ const loadBalancerPoll = 50 * time.Millisecond
 // at once when cfg cannot make a client. Failed reads and updates (the
 // Service not there yet, an update conflict) are retried on the next poll.
 func LoadBalancer(ctx context.Context, cfg *rest.Config, namespace, name, ip string) error {
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubeclient.FromConfig(cfg).Kubernetes()
 	if err != nil {
 		return fmt.Errorf("testenv load balancer for service %s/%s: %w", namespace, name, err)
 	}

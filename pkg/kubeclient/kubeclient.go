@@ -1,7 +1,7 @@
 // Package kubeclient is the one way meshctl gets clients for a cluster: from
-// a kubeconfig file (path and context), kubeconfig bytes or a rest.Config,
-// to the rest.Config, a typed client and a dynamic client, each built once
-// (helm's RESTClientGetter plays this part for helm). A Factory keeps them
+// a kubeconfig file (path and context), kubeconfig bytes, a rest.Config or,
+// in a pod, the pod's service account, to the rest.Config, a typed client
+// and a dynamic client, each built once (helm's RESTClientGetter plays this part for helm). A Factory keeps them
 // across calls, keyed by the kubeconfig's content, so that the clients of a
 // cluster are built once per run however many steps use it, and a cluster
 // recreated with a new kubeconfig never gets a stale one.
@@ -122,6 +122,13 @@ func FromAPIConfig(cfg clientcmdapi.Config, context string, opts ...Option) *Get
 	return newGetter(func() (*rest.Config, error) {
 		return clientcmd.NewDefaultClientConfig(cfg, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
 	}, opts)
+}
+
+// InCluster uses the pod's service account (rest.InClusterConfig): for the
+// dataplane's commands, which run in pods. Outside a pod its errors are
+// rest.ErrNotInCluster.
+func InCluster(opts ...Option) *Getter {
+	return newGetter(rest.InClusterConfig, opts)
 }
 
 // FromConfig uses a rest.Config (a copy: the caller's is never changed).

@@ -1,12 +1,14 @@
 package kubeclient
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -91,5 +93,22 @@ func TestFactoryKeepsClientsPerContent(t *testing.T) {
 	var nilFactory *Factory
 	if h := nilFactory.File(path, "").Host(); h != "https://two.example:6443" {
 		t.Errorf("nil factory: host %q", h)
+	}
+}
+
+// Outside a pod, InCluster fails as rest.InClusterConfig does, from every
+// accessor, and builds no client.
+func TestInClusterOutsideAPod(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	g := InCluster(WithTimeout(time.Second))
+	if _, err := g.Kubernetes(); !errors.Is(err, rest.ErrNotInCluster) {
+		t.Errorf("Kubernetes() error = %v, want rest.ErrNotInCluster", err)
+	}
+	if _, err := g.RESTConfig(); !errors.Is(err, rest.ErrNotInCluster) {
+		t.Errorf("RESTConfig() error = %v, want rest.ErrNotInCluster", err)
+	}
+	if h := g.Host(); h != "" {
+		t.Errorf("Host() = %q, want empty", h)
 	}
 }

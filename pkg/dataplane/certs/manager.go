@@ -39,11 +39,11 @@ type Fetcher interface {
 	Fetch(ctx context.Context, req Request) (chain, roots []byte, err error)
 }
 
-// FetcherFunc adapts a function to Fetcher.
-type FetcherFunc func(ctx context.Context, req Request) (chain, roots []byte, err error)
+// fetcherFunc adapts a function to Fetcher.
+type fetcherFunc func(ctx context.Context, req Request) (chain, roots []byte, err error)
 
 // Fetch calls f.
-func (f FetcherFunc) Fetch(ctx context.Context, req Request) ([]byte, []byte, error) {
+func (f fetcherFunc) Fetch(ctx context.Context, req Request) ([]byte, []byte, error) {
 	return f(ctx, req)
 }
 
@@ -80,8 +80,8 @@ type entry struct {
 // Option configures a Manager.
 type Option func(*Manager)
 
-// WithClock sets the clock (a fake one in tests).
-func WithClock(c clock.WithTicker) Option { return func(m *Manager) { m.clock = c } }
+// withClock sets the clock (a fake one in tests).
+func withClock(c clock.WithTicker) Option { return func(m *Manager) { m.clock = c } }
 
 // WithBackoff sets the first retry delay and its cap.
 func WithBackoff(initial, max time.Duration) Option {
@@ -146,8 +146,8 @@ func (m *Manager) Close() {
 	}
 }
 
-// ErrUnavailable is returned when no valid certificate exists for an identity.
-var ErrUnavailable = errors.New("certificate unavailable")
+// errUnavailable is returned when no valid certificate exists for an identity.
+var errUnavailable = errors.New("certificate unavailable")
 
 // Certificate returns id's current certificate, waiting for the first one
 // until ctx ends. An expired certificate is never returned.
@@ -156,7 +156,7 @@ func (m *Manager) Certificate(ctx context.Context, id identity.Identity) (*tls.C
 	e, ok := m.entries[id]
 	m.mu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("%w: %s is not tracked", ErrUnavailable, id)
+		return nil, fmt.Errorf("%w: %s is not tracked", errUnavailable, id)
 	}
 	select {
 	case <-e.ready:
@@ -164,12 +164,12 @@ func (m *Manager) Certificate(ctx context.Context, id identity.Identity) (*tls.C
 		m.mu.Lock()
 		lastErr := e.lastErr
 		m.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, id, errors.Join(ctx.Err(), lastErr))
+		return nil, fmt.Errorf("%w: %s: %w", errUnavailable, id, errors.Join(ctx.Err(), lastErr))
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e.cert == nil || !m.clock.Now().Before(e.cert.Leaf.NotAfter) {
-		return nil, fmt.Errorf("%w: %s: expired and not yet renewed: %w", ErrUnavailable, id, e.lastErr)
+		return nil, fmt.Errorf("%w: %s: expired and not yet renewed: %w", errUnavailable, id, e.lastErr)
 	}
 	return e.cert, nil
 }

@@ -90,7 +90,7 @@ func TestRefreshBackoffAndKeepOldCertificate(t *testing.T) {
 	t0 := time.Now()
 	fc := testclock.NewFakeClock(t0)
 	s := &scripted{clock: fc, ca: c, fail: true, calls: make(chan time.Time, 16)}
-	m := New(s, WithClock(fc))
+	m := New(s, withClock(fc))
 	defer m.Close()
 	m.Track(id, Pod{Namespace: "ns", Name: "p1", UID: "u1"})
 
@@ -102,7 +102,7 @@ func TestRefreshBackoffAndKeepOldCertificate(t *testing.T) {
 		t.Errorf("state after a failed first fetch = %q", st)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	if _, err := m.Certificate(ctx, id); !errors.Is(err, ErrUnavailable) {
+	if _, err := m.Certificate(ctx, id); !errors.Is(err, errUnavailable) {
 		t.Errorf("Certificate before any success: %v", err)
 	}
 	cancel()
@@ -139,7 +139,7 @@ func TestRefreshBackoffAndKeepOldCertificate(t *testing.T) {
 	waitWaiter(t, fc)
 	fc.SetTime(cert.Leaf.NotAfter.Add(time.Second))
 	<-s.calls
-	if _, err := m.Certificate(context.Background(), id); !errors.Is(err, ErrUnavailable) {
+	if _, err := m.Certificate(context.Background(), id); !errors.Is(err, errUnavailable) {
 		t.Errorf("expired certificate served: %v", err)
 	}
 	if st := m.Dump()[0].State; !strings.HasPrefix(st, "Unavailable") {
@@ -179,7 +179,7 @@ func TestUntrackDropsIdentity(t *testing.T) {
 		t.Fatalf("identity dropped while a pod still uses it: %v", err)
 	}
 	m.Untrack(id, "b")
-	if _, err := m.Certificate(ctx, id); !errors.Is(err, ErrUnavailable) {
+	if _, err := m.Certificate(ctx, id); !errors.Is(err, errUnavailable) {
 		t.Fatalf("identity kept after its last pod left: %v", err)
 	}
 	if len(m.Dump()) != 0 {
@@ -197,7 +197,7 @@ func TestWrongIdentityIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := identity.New("cluster.local", "istio-system", "proxy")
-	m := New(FetcherFunc(func(_ context.Context, req Request) ([]byte, []byte, error) {
+	m := New(fetcherFunc(func(_ context.Context, req Request) ([]byte, []byte, error) {
 		block, _ := pem.Decode(req.CSR)
 		csr, err := x509.ParseCertificateRequest(block.Bytes)
 		if err != nil {

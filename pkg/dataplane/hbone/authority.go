@@ -8,27 +8,15 @@ import (
 	"strings"
 )
 
-// The ports a node proxy listens on inside each pod's network namespace. A
-// CONNECT to one of them would loop a tunnel back into the proxy itself.
-const (
-	PortOutbound  = 15001
-	PortInbound   = 15006
-	PortHBONE     = 15008
-	maxAuthLength = 64 // "[" + 45-char IPv6 + "]:" + 5-digit port, with slack
-)
-
-// IsSelfCallPort reports whether port belongs to the proxy itself.
-func IsSelfCallPort(port uint16) bool {
-	return port == PortOutbound || port == PortInbound || port == PortHBONE
-}
+const maxAuthLength = 64 // "[" + 45-char IPv6 + "]:" + 5-digit port, with slack
 
 var errNotIPPort = errors.New("authority is not ip:port")
 
-// ParseAuthority parses a CONNECT :authority, which HBONE requires to be a
+// parseAuthority parses a CONNECT :authority, which HBONE requires to be a
 // literal IP and port. Host names, zones, port 0 and non-canonical forms are
 // refused because the server compares the IP with the connection's own
 // destination and a second spelling of the same address would dodge that check.
-func ParseAuthority(s string) (netip.AddrPort, error) {
+func parseAuthority(s string) (netip.AddrPort, error) {
 	if len(s) == 0 || len(s) > maxAuthLength {
 		return netip.AddrPort{}, fmt.Errorf("authority %q: %w", s, errNotIPPort)
 	}

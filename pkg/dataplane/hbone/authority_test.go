@@ -8,9 +8,9 @@ import (
 func TestParseAuthority(t *testing.T) {
 	t.Parallel()
 	for _, good := range []string{"10.0.0.1:80", "[fd00::1]:8080", "127.0.0.1:65535"} {
-		ap, err := ParseAuthority(good)
+		ap, err := parseAuthority(good)
 		if err != nil || ap.String() != good {
-			t.Errorf("ParseAuthority(%q) = %v, %v", good, ap, err)
+			t.Errorf("parseAuthority(%q) = %v, %v", good, ap, err)
 		}
 	}
 	for _, bad := range []string{
@@ -19,8 +19,8 @@ func TestParseAuthority(t *testing.T) {
 		"[::ffff:10.0.0.1]:80", "[10.0.0.1]:80", "010.0.0.1:80", "10.0.0.1:80 ", " 10.0.0.1:80",
 		"[FD00::1]:80", "10.0.0.1:80/x",
 	} {
-		if ap, err := ParseAuthority(bad); err == nil {
-			t.Errorf("ParseAuthority(%q) = %v, want error", bad, ap)
+		if ap, err := parseAuthority(bad); err == nil {
+			t.Errorf("parseAuthority(%q) = %v, want error", bad, ap)
 		}
 	}
 }
@@ -30,7 +30,7 @@ func FuzzParseAuthority(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		ap, err := ParseAuthority(s)
+		ap, err := parseAuthority(s)
 		if err != nil {
 			return
 		}

@@ -61,13 +61,13 @@ type Double struct {
 	Network string
 }
 
-// ErrNoPeers is a double-HBONE target that names no acceptable identity.
-var ErrNoPeers = errors.New("no identity to require of the server behind the gateway")
+// errNoPeers is a double-HBONE target that names no acceptable identity.
+var errNoPeers = errors.New("no identity to require of the server behind the gateway")
 
-// StatusError is a CONNECT refused by the server.
-type StatusError struct{ Code int }
+// statusError is a CONNECT refused by the server.
+type statusError struct{ Code int }
 
-func (e *StatusError) Error() string {
+func (e *statusError) Error() string {
 	return fmt.Sprintf("hbone CONNECT refused: %d %s", e.Code, http.StatusText(e.Code))
 }
 
@@ -275,7 +275,7 @@ func (d *Dialer) connect(ctx context.Context, t Target) (*h2tun.Stream, error) {
 		}
 		if status != http.StatusOK {
 			st.Close()
-			return nil, fmt.Errorf("hbone CONNECT %s via %s: %w", authority, t.Gateway, &StatusError{Code: status})
+			return nil, fmt.Errorf("hbone CONNECT %s via %s: %w", authority, t.Gateway, &statusError{Code: status})
 		}
 		return st, nil
 	}
@@ -374,7 +374,7 @@ func (d *Dialer) connectDouble(ctx context.Context, t Target) (*h2tun.Stream, fu
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.connectTimeout)
 	defer cancel()
 	if len(t.Double.Peers) == 0 {
-		return nil, nil, fmt.Errorf("hbone CONNECT %s via %s: %w", t.Double.Authority, t.Gateway, ErrNoPeers)
+		return nil, nil, fmt.Errorf("hbone CONNECT %s via %s: %w", t.Double.Authority, t.Gateway, errNoPeers)
 	}
 	cert, err := d.cfg.certForID(ctx, t.Source)
 	if err != nil {
@@ -446,7 +446,7 @@ func (d *Dialer) connectDouble(ctx context.Context, t Target) (*h2tun.Stream, fu
 	if status != http.StatusOK {
 		st.Close()
 		end()
-		return nil, nil, fmt.Errorf("hbone inner CONNECT %s via %s: %w", t.Double.Authority, t.Gateway, &StatusError{Code: status})
+		return nil, nil, fmt.Errorf("hbone inner CONNECT %s via %s: %w", t.Double.Authority, t.Gateway, &statusError{Code: status})
 	}
 	return st, end, nil
 }

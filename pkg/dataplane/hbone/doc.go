@@ -24,7 +24,8 @@
 // proxy without a goroutine handoff. The unexported withNoInline keeps the
 // handoff path for the benchmark's A/B row.
 //
-// Limits (WithLimits) bound what peers can make the Server hold: concurrent
+// The server's limits (serverLimits; their defaults, which tests change
+// through withLimits) bound what peers can make the Server hold: concurrent
 // connections per peer identity and per source IP (closed beyond the cap),
 // concurrent tunnels per identity and per source IP (429 beyond it), and
 // upstream dials in progress (a CONNECT waits for a slot, then gets 503). A

@@ -136,7 +136,7 @@ func TestDoubleHBONERefusals(t *testing.T) {
 	}{
 		{"wrong gateway identity", d.target(svcHost+":80", wrong, serverID), func(err error) bool { return errors.Is(err, identity.ErrWrongPeer) }},
 		{"wrong inner identity", d.target(svcHost+":80", gatewayID, wrong), func(err error) bool { return errors.Is(err, identity.ErrWrongPeer) }},
-		{"no inner identity", d.target(svcHost+":80", gatewayID), func(err error) bool { return errors.Is(err, ErrNoPeers) }},
+		{"no inner identity", d.target(svcHost+":80", gatewayID), func(err error) bool { return errors.Is(err, errNoPeers) }},
 		{"unknown service", d.target("nope.ns-b.svc.cluster.local:80", gatewayID, serverID), func(err error) bool { return statusOf(err) == http.StatusServiceUnavailable }},
 		{"IP authority at the gateway", d.target(d.serverAddr.String(), gatewayID, serverID), func(err error) bool { return statusOf(err) == http.StatusBadRequest }},
 	}

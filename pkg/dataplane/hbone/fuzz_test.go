@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 )
 
 // FuzzServeCONNECT sends arbitrary methods, authorities and a header as
@@ -84,7 +85,7 @@ func FuzzServeCONNECT(f *testing.F) {
 				t.Fatalf("%q %q answered %s after dialing %s", method, authority, answer, got)
 			}
 		case "503":
-			if got.Addr() != dst.Addr() || IsSelfCallPort(got.Port()) || got.String() != authority {
+			if got.Addr() != dst.Addr() || ambient.IsProxyPort(got.Port()) || got.String() != authority {
 				t.Fatalf("%q %q dialed %s", method, authority, got)
 			}
 		default:

@@ -122,7 +122,7 @@ func newEnv(t *testing.T, serverOpts ...Option) *env {
 		WithServerCertificates(func(context.Context, netip.Addr) (*tls.Certificate, error) { return srvCert, nil }),
 		WithAllowLoopback(true),
 		WithMetrics(e.sm),
-		WithTimeouts(2*time.Second, 2*time.Second, 0),
+		withTimeouts(2*time.Second, 2*time.Second, 0),
 	}, serverOpts...)...)
 	e.echoAddr = echo(t)
 	e.dialer, err = NewDialer(
@@ -148,7 +148,7 @@ func (e *env) dial(dst netip.AddrPort) (net.Conn, error) {
 }
 
 func statusOf(err error) int {
-	var se *StatusError
+	var se *statusError
 	if errors.As(err, &se) {
 		return se.Code
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 )
 
-// Limits bound what peers can make the inbound server hold. In each field
+// serverLimits bound what peers can make the inbound server hold. In each field
 // zero keeps the default and a negative value removes the limit.
-type Limits struct {
+type serverLimits struct {
 	// ConnsPerIdentity and ConnsPerSource cap concurrent HBONE connections
 	// per peer identity and per source IP; a connection beyond either is
 	// closed after (identity) or before (source) the TLS handshake.
@@ -45,11 +45,11 @@ const (
 	defaultStallTimeout       = 30 * time.Second
 )
 
-// WithLimits sets the inbound limits and the stall timeout (which the
+// withLimits sets the inbound limits and the stall timeout (which the
 // dialer applies too).
-func WithLimits(l Limits) Option { return func(c *config) { c.limits = l } }
+func withLimits(l serverLimits) Option { return func(c *config) { c.limits = l } }
 
-func (l Limits) withDefaults() Limits {
+func (l serverLimits) withDefaults() serverLimits {
 	def := func(v *int, d int) {
 		switch {
 		case *v == 0:
@@ -109,7 +109,7 @@ type limiter struct {
 	dials                    chan struct{} // nil: no cap
 }
 
-func newLimiter(l Limits) *limiter {
+func newLimiter(l serverLimits) *limiter {
 	lm := &limiter{
 		connsByID: newCounts[identity.Identity](l.ConnsPerIdentity), tunnelsByID: newCounts[identity.Identity](l.TunnelsPerIdentity),
 		connsBySrc: newCounts[netip.Addr](l.ConnsPerSource), tunnelsBySrc: newCounts[netip.Addr](l.TunnelsPerSource),

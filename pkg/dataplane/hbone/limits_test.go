@@ -44,7 +44,7 @@ func rawTLS(t *testing.T, e *env) (net.Conn, bool) {
 // connections are closed after the handshake; one closing frees a slot.
 func TestConnectionsPerIdentityLimited(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, WithLimits(Limits{ConnsPerIdentity: 2}))
+	e := newEnv(t, withLimits(serverLimits{ConnsPerIdentity: 2}))
 	first, ok1 := rawTLS(t, e)
 	_, ok2 := rawTLS(t, e)
 	if !ok1 || !ok2 {
@@ -64,7 +64,7 @@ func TestConnectionsPerIdentityLimited(t *testing.T) {
 // one IP are closed before the handshake.
 func TestConnectionsPerSourceLimited(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, WithLimits(Limits{ConnsPerSource: 1}))
+	e := newEnv(t, withLimits(serverLimits{ConnsPerSource: 1}))
 	if _, ok := rawTLS(t, e); !ok {
 		t.Fatal("the first connection was refused")
 	}
@@ -82,7 +82,7 @@ func TestConnectionsPerSourceLimited(t *testing.T) {
 func TestTunnelsPerIdentityLimited(t *testing.T) {
 	t.Parallel()
 	var upstreams atomic.Int32
-	e := newEnv(t, WithLimits(Limits{TunnelsPerIdentity: 3}),
+	e := newEnv(t, withLimits(serverLimits{TunnelsPerIdentity: 3}),
 		WithUpstreamDialer(func(ctx context.Context, _ netip.Addr, dst netip.AddrPort) (net.Conn, error) {
 			upstreams.Add(1)
 			var d net.Dialer
@@ -127,7 +127,7 @@ func TestUpstreamDialsCapped(t *testing.T) {
 		inFlight, top int
 		gate          = make(chan struct{})
 	)
-	e := newEnv(t, WithLimits(Limits{UpstreamDials: 2}),
+	e := newEnv(t, withLimits(serverLimits{UpstreamDials: 2}),
 		WithUpstreamDialer(func(ctx context.Context, _ netip.Addr, dst netip.AddrPort) (net.Conn, error) {
 			mu.Lock()
 			inFlight++
@@ -192,7 +192,7 @@ func firehose(t *testing.T) (netip.AddrPort, chan struct{}) {
 // the upstream socket is closed: nothing stays pinned.
 func TestStalledTunnelReset(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, WithLimits(Limits{StallTimeout: 200 * time.Millisecond}))
+	e := newEnv(t, withLimits(serverLimits{StallTimeout: 200 * time.Millisecond}))
 	dst, upstreamDone := firehose(t)
 	fr, tc := rawH2(t, e)
 	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: connectHeaders(dst.String()), EndHeaders: true}); err != nil {
@@ -228,7 +228,7 @@ func TestStalledTunnelReset(t *testing.T) {
 // upstream socket with it.
 func TestNonReadingPeerClosed(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, WithLimits(Limits{StallTimeout: 200 * time.Millisecond}))
+	e := newEnv(t, withLimits(serverLimits{StallTimeout: 200 * time.Millisecond}))
 	dst, upstreamDone := firehose(t)
 	fr, tc := rawH2(t, e)
 	_ = tc.(*tls.Conn).NetConn().(*net.TCPConn).SetReadBuffer(4 << 10)

@@ -65,7 +65,7 @@ type config struct {
 	poolIdleTimeout  time.Duration
 	maxHeaderBytes   int
 	streamsPerConn   int
-	limits           Limits
+	limits           serverLimits
 	// noInline turns off h2tun's inline delivery (Stream.SetSink): kept,
 	// unexported, so the benchmarks can show both in one run.
 	noInline bool
@@ -170,10 +170,10 @@ func WithMetrics(m *Metrics) Option { return func(c *config) { c.metrics = m } }
 // WithLogger sets the structured logger.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
-// WithTimeouts sets the connect (dialer: TCP+TLS+CONNECT response), upstream
+// withTimeouts sets the connect (dialer: TCP+TLS+CONNECT response), upstream
 // dial (server) and idle (no streams on an h2 connection) timeouts; zero keeps
 // a default.
-func WithTimeouts(connect, upstream, idle time.Duration) Option {
+func withTimeouts(connect, upstream, idle time.Duration) Option {
 	return func(c *config) {
 		if connect > 0 {
 			c.connectTimeout, c.handshakeTimeout = connect, connect

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone/internal/h2tun"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 )
 
 // Server is the inbound side of HBONE (port 15008): it terminates mutual TLS,
@@ -182,7 +183,7 @@ func (s *Server) admit(info *connInfo, req *h2tun.Request) (dst netip.AddrPort, 
 			return dst, host, http.StatusBadRequest, "authority"
 		}
 	}
-	dst, err := ParseAuthority(req.Authority)
+	dst, err := parseAuthority(req.Authority)
 	switch {
 	case err != nil:
 		return dst, host, http.StatusBadRequest, "authority"
@@ -192,7 +193,7 @@ func (s *Server) admit(info *connInfo, req *h2tun.Request) (dst netip.AddrPort, 
 		return dst, host, http.StatusBadRequest, "destination_mismatch"
 	case dst.Addr().IsLoopback() && !s.cfg.allowLoopback:
 		return dst, host, http.StatusBadRequest, "loopback"
-	case IsSelfCallPort(dst.Port()):
+	case ambient.IsProxyPort(dst.Port()):
 		return dst, host, http.StatusBadRequest, "self_call"
 	case headerBytes > s.cfg.maxHeaderBytes:
 		return dst, host, http.StatusRequestHeaderFieldsTooLarge, "headers_too_large"
@@ -218,7 +219,7 @@ func (s *Server) target(info *connInfo, h hostAuthority) (netip.AddrPort, int, s
 		return dst, http.StatusBadRequest, "destination_mismatch"
 	case dst.Addr().IsLoopback() && !s.cfg.allowLoopback:
 		return dst, http.StatusBadRequest, "loopback"
-	case IsSelfCallPort(dst.Port()):
+	case ambient.IsProxyPort(dst.Port()):
 		return dst, http.StatusServiceUnavailable, "self_call"
 	}
 	return dst, 0, ""

@@ -31,7 +31,7 @@ func TestConnectTimeout(t *testing.T) {
 	d, err := NewDialer(
 		WithRoots(func() *x509.CertPool { return e.ca.RootPool() }),
 		WithClientCertificates(func(context.Context, identity.Identity) (*tls.Certificate, error) { return cli, nil }),
-		WithTimeouts(100*time.Millisecond, 0, 0),
+		withTimeouts(100*time.Millisecond, 0, 0),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestIdleConnectionsLeaveThePool(t *testing.T) {
 	d, err := NewDialer(
 		WithRoots(func() *x509.CertPool { return e.ca.RootPool() }),
 		WithClientCertificates(func(context.Context, identity.Identity) (*tls.Certificate, error) { return cli, nil }),
-		WithTimeouts(0, 0, 50*time.Millisecond),
+		withTimeouts(0, 0, 50*time.Millisecond),
 		WithMetrics(e.cm),
 	)
 	if err != nil {

@@ -63,8 +63,8 @@ func FromCertificate(c *x509.Certificate) (Identity, error) {
 	return Parse(c.URIs[0].String())
 }
 
-// ErrNoCertificate is returned when a peer presented no certificate.
-var ErrNoCertificate = errors.New("peer presented no certificate")
+// errNoCertificate is returned when a peer presented no certificate.
+var errNoCertificate = errors.New("peer presented no certificate")
 
 // ErrWrongPeer is returned (wrapped) when a valid peer is not the identity
 // required: secure naming refused it.
@@ -75,7 +75,7 @@ var ErrWrongPeer = errors.New("peer is not the required identity")
 // trustDomain and, when want is non-zero, to equal want.
 func Verify(rawCerts [][]byte, roots *x509.CertPool, trustDomain string, want Identity, now time.Time) (Identity, error) {
 	if len(rawCerts) == 0 {
-		return Identity{}, ErrNoCertificate
+		return Identity{}, errNoCertificate
 	}
 	certs := make([]*x509.Certificate, 0, len(rawCerts))
 	for _, raw := range rawCerts {

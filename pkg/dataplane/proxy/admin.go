@@ -13,20 +13,20 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
 )
 
-// ConfigDump is what /config_dump returns, in ztunnel's shape: workloads
+// configDump is what /config_dump returns, in ztunnel's shape: workloads
 // and services are the service model's (empty without one), workloadState
 // the pods this proxy serves, by UID.
-type ConfigDump struct {
+type configDump struct {
 	Workloads     []model.WorkloadDump    `json:"workloads"`
 	Services      []model.ServiceDump     `json:"services"`
-	WorkloadState map[string]WorkloadDump `json:"workloadState"`
+	WorkloadState map[string]workloadDump `json:"workloadState"`
 	Certificates  []certs.CertDump        `json:"certificates"`
 	// Policies are the authorization policies in ztunnel's shape.
 	Policies []*policy.Authorization `json:"policies"`
 }
 
-// WorkloadDump describes one served pod.
-type WorkloadDump struct {
+// workloadDump describes one served pod.
+type workloadDump struct {
 	UID            string       `json:"uid"`
 	Name           string       `json:"name"`
 	Namespace      string       `json:"namespace"`
@@ -37,16 +37,16 @@ type WorkloadDump struct {
 }
 
 // Dump returns the proxy's current configuration.
-func (p *Proxy) Dump() ConfigDump {
-	d := ConfigDump{Workloads: []model.WorkloadDump{}, Services: []model.ServiceDump{},
-		WorkloadState: map[string]WorkloadDump{}, Certificates: p.certs.Dump()}
+func (p *Proxy) Dump() configDump {
+	d := configDump{Workloads: []model.WorkloadDump{}, Services: []model.ServiceDump{},
+		WorkloadState: map[string]workloadDump{}, Certificates: p.certs.Dump()}
 	if p.model != nil {
 		md := p.model.Dump()
 		d.Workloads, d.Services = md.Workloads, md.Services
 	}
 	p.mu.Lock()
 	for _, w := range p.workloads {
-		wd := WorkloadDump{UID: w.uid, Name: w.name, Namespace: w.namespace, ServiceAccount: w.serviceAccount,
+		wd := workloadDump{UID: w.uid, Name: w.name, Namespace: w.namespace, ServiceAccount: w.serviceAccount,
 			Identity: w.id.String(), Addresses: w.addrs, Listeners: []string{}}
 		for _, ln := range w.listeners {
 			if ln != nil {
@@ -76,7 +76,7 @@ func (p *Proxy) adminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/connections", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(struct {
-			Connections []ConnRecord `json:"connections"`
+			Connections []connRecord `json:"connections"`
 		}{p.Connections()})
 	})
 	return mux

@@ -10,11 +10,11 @@ import (
 // check's probes on a node, small enough to cost nothing.
 const connLogSize = 512
 
-// ConnRecord is one connection the proxy handled, as /debug/connections
+// connRecord is one connection the proxy handled, as /debug/connections
 // lists it. Outbound records are made when the connection is routed and
 // completed with Error when it ends in failure; inbound ones when the
 // connection is authorized (or refused).
-type ConnRecord struct {
+type connRecord struct {
 	Time time.Time `json:"time"`
 	// Direction is the meshctl_hbone_connections_opened_total label:
 	// outbound and inbound are HBONE, outbound_passthrough and
@@ -42,20 +42,20 @@ type ConnRecord struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Directions of a ConnRecord beyond the HBONE metric's.
+// Directions of a connRecord beyond the HBONE metric's.
 const directionOutboundRefused = "outbound_refused"
 
 // connLog is a ring of the most recent connections; the zero value is
 // ready to use.
 type connLog struct {
 	mu   sync.Mutex
-	ring []*ConnRecord
+	ring []*connRecord
 	next int
 }
 
 // add records r and returns a function that marks it failed with err (nil:
 // no failure), for a connection whose outcome is known only later.
-func (l *connLog) add(r ConnRecord) (fail func(error)) {
+func (l *connLog) add(r connRecord) (fail func(error)) {
 	if r.Time.IsZero() {
 		r.Time = time.Now()
 	}
@@ -79,10 +79,10 @@ func (l *connLog) add(r ConnRecord) (fail func(error)) {
 }
 
 // records returns the log, oldest first.
-func (l *connLog) records() []ConnRecord {
+func (l *connLog) records() []connRecord {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]ConnRecord, 0, len(l.ring))
+	out := make([]connRecord, 0, len(l.ring))
 	start := 0
 	if len(l.ring) == connLogSize {
 		start = l.next
@@ -95,4 +95,4 @@ func (l *connLog) records() []ConnRecord {
 
 // Connections returns the most recent connections the proxy handled,
 // oldest first (at most 512).
-func (p *Proxy) Connections() []ConnRecord { return p.conns.records() }
+func (p *Proxy) Connections() []connRecord { return p.conns.records() }

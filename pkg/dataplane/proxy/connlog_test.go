@@ -20,7 +20,7 @@ func TestConnLogRing(t *testing.T) {
 	}
 	var fails []func(error)
 	for i := range connLogSize + 3 {
-		fails = append(fails, l.add(ConnRecord{Pod: fmt.Sprint(i)}))
+		fails = append(fails, l.add(connRecord{Pod: fmt.Sprint(i)}))
 	}
 	fails[connLogSize+2](errors.New("reset"))
 	fails[0](errors.New("overwritten: must not show"))
@@ -74,7 +74,7 @@ func TestIntegrationConnectionLog(t *testing.T) {
 }
 
 // readConnections reads /debug/connections from p's admin handler.
-func readConnections(t *testing.T, p *Proxy) []ConnRecord {
+func readConnections(t *testing.T, p *Proxy) []connRecord {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	p.adminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/connections", nil))
@@ -82,7 +82,7 @@ func readConnections(t *testing.T, p *Proxy) []ConnRecord {
 		t.Fatalf("/debug/connections: %d %s", rec.Code, rec.Body)
 	}
 	var body struct {
-		Connections []ConnRecord `json:"connections"`
+		Connections []connRecord `json:"connections"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 		t.Fatalf("/debug/connections: %v\n%s", err, rec.Body)

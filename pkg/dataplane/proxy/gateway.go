@@ -20,10 +20,11 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 )
 
-// Gateway is the proxy in its east-west gateway mode: the address other
+// eastWest is the proxy in its east-west gateway mode: the address other
 // networks reach this one through (behind istio-system/istio-eastwestgateway),
 // as Istio's ambient east-west gateway. It terminates the outer tunnel of
 // ztunnel's double HBONE with its own identity, picks by the service model
@@ -33,7 +34,7 @@ import (
 // mutual TLS stays between the client's and the endpoint's proxies, so
 // the endpoint sees — and its policies judge — the client's own identity,
 // and the client holds the endpoint to the service's identities.
-type Gateway struct {
+type eastWest struct {
 	opts    options
 	cfg     GatewayConfig
 	id      identity.Identity
@@ -55,10 +56,10 @@ type GatewayConfig struct {
 	Listen string
 }
 
-// NewGateway builds a Gateway; WithDiscovery (or a model) and WithFetcher
+// newEastWest builds a gateway; WithDiscovery (or a model) and WithFetcher
 // are required. The per-pod options (workload
 // events, ports, mesh CIDRs, policies) do not apply.
-func NewGateway(cfg GatewayConfig, opts ...Option) (*Gateway, error) {
+func newEastWest(cfg GatewayConfig, opts ...Option) (*eastWest, error) {
 	o := defaults()
 	for _, opt := range opts {
 		opt(&o)
@@ -67,9 +68,9 @@ func NewGateway(cfg GatewayConfig, opts ...Option) (*Gateway, error) {
 		return nil, errors.New("gateway: its pod's namespace, name and service account are required (they make its identity)")
 	}
 	if cfg.Listen == "" {
-		cfg.Listen = ":" + strconv.Itoa(PortHBONE)
+		cfg.Listen = ":" + strconv.Itoa(ambient.PortHBONE)
 	}
-	g := &Gateway{opts: o, cfg: cfg, id: identity.New(o.trustDomain, cfg.Namespace, cfg.ServiceAccount), reg: prometheus.NewRegistry()}
+	g := &eastWest{opts: o, cfg: cfg, id: identity.New(o.trustDomain, cfg.Namespace, cfg.ServiceAccount), reg: prometheus.NewRegistry()}
 	if o.fetcher == nil {
 		return nil, errors.New("gateway: WithFetcher is required")
 	}
@@ -92,10 +93,10 @@ func NewGateway(cfg GatewayConfig, opts ...Option) (*Gateway, error) {
 	return g, nil
 }
 
-// RunGateway builds a Gateway and runs it until ctx ends: the entry point
+// RunGateway builds an east-west gateway and runs it until ctx ends: the entry point
 // of the dataplane binary's gateway command.
 func RunGateway(ctx context.Context, cfg GatewayConfig, opts ...Option) error {
-	g, err := NewGateway(cfg, opts...)
+	g, err := newEastWest(cfg, opts...)
 	if err != nil {
 		return err
 	}
@@ -103,13 +104,13 @@ func RunGateway(ctx context.Context, cfg GatewayConfig, opts ...Option) error {
 }
 
 // Identity is the identity the gateway proves to clients.
-func (g *Gateway) Identity() identity.Identity { return g.id }
+func (g *eastWest) Identity() identity.Identity { return g.id }
 
 // Registry is the gateway's metrics.
-func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
+func (g *eastWest) Registry() *prometheus.Registry { return g.reg }
 
 // route picks the next hop for a tunnel to service host:port.
-func (g *Gateway) route(host string, port uint16) (netip.AddrPort, bool) {
+func (g *eastWest) route(host string, port uint16) (netip.AddrPort, bool) {
 	dst, ok := g.model.GatewayTarget(host, port)
 	if !ok {
 		g.routed.WithLabelValues("no_endpoint").Inc()
@@ -121,7 +122,7 @@ func (g *Gateway) route(host string, port uint16) (netip.AddrPort, bool) {
 }
 
 // Run serves tunnels, admin, metrics and readiness until ctx ends.
-func (g *Gateway) Run(ctx context.Context) error {
+func (g *eastWest) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer g.certs.Close()
@@ -197,9 +198,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 // Ready reports whether the gateway has its certificate and the model has
 // synced.
-func (g *Gateway) Ready() bool { return g.ready.Load() && g.model.Synced() }
+func (g *eastWest) Ready() bool { return g.ready.Load() && g.model.Synced() }
 
-func (g *Gateway) readyHandler() http.Handler {
+func (g *eastWest) readyHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz/ready", func(w http.ResponseWriter, _ *http.Request) {
 		switch {
@@ -214,22 +215,22 @@ func (g *Gateway) readyHandler() http.Handler {
 	return mux
 }
 
-// GatewayDump is the gateway's /config_dump: the model it routes by and
+// gatewayDump is the gateway's /config_dump: the model it routes by and
 // its certificate.
-type GatewayDump struct {
+type gatewayDump struct {
 	Workloads    []model.WorkloadDump `json:"workloads"`
 	Services     []model.ServiceDump  `json:"services"`
 	Certificates []certs.CertDump     `json:"certificates"`
 }
 
-func (g *Gateway) adminHandler() http.Handler {
+func (g *eastWest) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /config_dump", func(w http.ResponseWriter, _ *http.Request) {
 		md := g.model.Dump()
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(GatewayDump{Workloads: md.Workloads, Services: md.Services, Certificates: g.certs.Dump()})
+		_ = enc.Encode(gatewayDump{Workloads: md.Workloads, Services: md.Services, Certificates: g.certs.Dump()})
 	})
 	return mux
 }

@@ -34,7 +34,7 @@ const (
 type twoNetworks struct {
 	*modelNodes
 	modelB  *model.Model // what proxy B and the gateway see: they are on net2
-	gateway *Gateway
+	gateway *eastWest
 }
 
 // feed gives both models the same view of both clusters.
@@ -134,9 +134,9 @@ func newTwoNetworks(t *testing.T, serverSA string) *twoNetworks {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.gateway, err = NewGateway(GatewayConfig{Namespace: "istio-system", ServiceAccount: "istio-eastwestgateway", PodName: "gw", PodUID: "gw-uid"},
+	e.gateway, err = newEastWest(GatewayConfig{Namespace: "istio-system", ServiceAccount: "istio-eastwestgateway", PodName: "gw", PodUID: "gw-uid"},
 		WithFetcher(certs.FromCA(c, time.Hour, time.Now)), WithAddresses("", "", ""),
-		WithHBONEOptions(hbone.WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		withHBONEOptions(hbone.WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return gw.DialContext(ctx, &net.Dialer{}, network, addr)
 		})),
 		func(o *options) { o.model, o.gatewayListener = e.modelB, ln })
@@ -224,7 +224,7 @@ func TestIntegrationOtherNetworkThroughGateway(t *testing.T) {
 	if n := metricValue(t, e.proxyB, "meshctl_hbone_connections_opened_total", "inbound"); n != 1 {
 		t.Errorf("proxy B inbound tunnels = %v, want 1", n)
 	}
-	var in, out *ConnRecord
+	var in, out *connRecord
 	for _, r := range e.proxyB.Connections() {
 		if r.Direction == "inbound" {
 			in = &r

@@ -14,6 +14,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
@@ -35,7 +36,7 @@ func TestNewGatewayNeedsItsPodAndAModel(t *testing.T) {
 		{GatewayConfig{Namespace: "istio-system", ServiceAccount: "gw", PodName: "gw"}, []Option{f}, "WithDiscovery"},
 		{GatewayConfig{Namespace: "istio-system", ServiceAccount: "gw", PodName: "gw"}, []Option{withModel}, "WithFetcher"},
 	} {
-		if _, err := NewGateway(tc.cfg, tc.opts...); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := newEastWest(tc.cfg, tc.opts...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error naming %q", tc.cfg, err, tc.want)
 		}
 	}
@@ -54,7 +55,7 @@ func TestGatewayOnLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	endpoint := netip.MustParseAddr("127.0.0.73")
-	epLn, err := net.Listen("tcp", netip.AddrPortFrom(endpoint, PortHBONE).String())
+	epLn, err := net.Listen("tcp", netip.AddrPortFrom(endpoint, ambient.PortHBONE).String())
 	if err != nil {
 		t.Skipf("cannot listen on %s:15008 for the endpoint: %v", endpoint, err)
 	}
@@ -104,7 +105,7 @@ func TestGatewayOnLoopback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := NewGateway(GatewayConfig{Namespace: "istio-system", ServiceAccount: "istio-eastwestgateway", PodName: "gw", PodUID: "uid"},
+	g, err := newEastWest(GatewayConfig{Namespace: "istio-system", ServiceAccount: "istio-eastwestgateway", PodName: "gw", PodUID: "uid"},
 		WithFetcher(certs.FromCA(c, time.Hour, time.Now)), WithAddresses("", "", ""),
 		func(o *options) { o.model, o.gatewayListener = m, gwLn })
 	if err != nil {

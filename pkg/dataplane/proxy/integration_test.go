@@ -115,18 +115,18 @@ func newTwoNodes(t *testing.T, optsB ...Option) *twoNodes {
 		t.Fatal(err)
 	}
 	idB := identity.New("cluster.local", "ns-b", "server")
-	resolver := func(dst netip.AddrPort) (Route, bool) {
+	resolver := func(dst netip.AddrPort) (hboneRoute, bool) {
 		if dst.Addr() == netip.MustParseAddr("10.200.2.2") || dst.Addr() == netip.MustParseAddr("fd00:200:2::2") {
-			return Route{Gateway: netip.AddrPortFrom(dst.Addr(), 15008), Identity: idB}, true
+			return hboneRoute{Gateway: netip.AddrPortFrom(dst.Addr(), 15008), Identity: idB}, true
 		}
-		return Route{}, false
+		return hboneRoute{}, false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	e.ctx = ctx
 	start := func(agent *fakeAgent, extra ...Option) *Proxy {
 		p, err := New(append([]Option{WithWorkloadEvents(agent), WithFetcher(certs.FromCA(c, time.Hour, time.Now)),
-			WithAddresses("", "", ""), WithResolver(resolver)}, extra...)...)
+			WithAddresses("", "", ""), withResolver(resolver)}, extra...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

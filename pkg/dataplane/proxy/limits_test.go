@@ -85,7 +85,7 @@ func limitedProxy(t *testing.T, pod *os.File, dials, conns int) *Proxy {
 	}
 	agent := &fakeAgent{sessions: make(chan chan evReq)}
 	p, err := New(WithWorkloadEvents(agent), WithFetcher(certs.FromCA(c, time.Hour, time.Now)), WithAddresses("", "", ""),
-		WithWorkloadLimits(dials, conns))
+		withWorkloadLimits(dials, conns))
 	if err != nil {
 		t.Fatal(err)
 	}

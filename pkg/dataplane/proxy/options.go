@@ -20,27 +20,17 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
 )
 
-// Ports, as ztunnel's port table.
-const (
-	PortAdmin     = 15000
-	PortOutbound  = hbone.PortOutbound
-	PortInbound   = hbone.PortInbound
-	PortHBONE     = hbone.PortHBONE
-	PortMetrics   = 15020
-	PortReadiness = 15021
-)
-
-// Per-workload limits (WithWorkloadLimits). A connect costs the proxy a
+// Per-workload limits (withWorkloadLimits). A connect costs the proxy a
 // socket and a goroutine until the peer answers (up to the 10 s dial
 // timeout): one pod dialing a black hole must not take the node's proxy
 // down with it.
 const (
-	DefaultMaxDials = 256
-	DefaultMaxConns = 4096
+	defaultMaxDials = 256
+	defaultMaxConns = 4096
 )
 
-// Route is where an outbound connection goes over HBONE.
-type Route struct {
+// hboneRoute is where an outbound connection goes over HBONE.
+type hboneRoute struct {
 	Gateway  netip.AddrPort    // destination ip:15008, or an east-west gateway
 	Identity identity.Identity // expected server identity; zero = any in the trust domain
 }
@@ -57,7 +47,7 @@ type options struct {
 	readyAddr    string
 	ports        [3]int // outbound, inbound, hbone
 	mark         int
-	resolve      func(dst netip.AddrPort) (Route, bool)
+	resolve      func(dst netip.AddrPort) (hboneRoute, bool)
 	meshCIDRs    []netip.Prefix
 	log          *slog.Logger
 	hboneOptions []hbone.Option
@@ -82,7 +72,6 @@ type options struct {
 	policyConfig *rest.Config
 	policyRootNS string
 	policies     *policy.Store
-	lookup       func(dst netip.Addr) (namespace string, labels map[string]string, ok bool)
 	// gatewayListener replaces the gateway's own listen (tests serve it
 	// in a network namespace).
 	gatewayListener net.Listener
@@ -94,13 +83,13 @@ func defaults() options {
 		adminAddr:      "127.0.0.1:15000",
 		metricsAddr:    ":15020",
 		readyAddr:      ":15021",
-		ports:          [3]int{PortOutbound, PortInbound, PortHBONE},
+		ports:          [3]int{ambient.PortOutbound, ambient.PortInbound, ambient.PortHBONE},
 		mark:           hbone.DefaultMark,
 		preserveSource: true,
 		learnWait:      defaultLearnWait,
 		setTransparent: setTransparent,
-		maxDials:       DefaultMaxDials,
-		maxConns:       DefaultMaxConns,
+		maxDials:       defaultMaxDials,
+		maxConns:       defaultMaxConns,
 		log:            slog.New(slog.DiscardHandler),
 	}
 }
@@ -121,18 +110,18 @@ func WithAddresses(admin, metrics, readiness string) Option {
 	return func(o *options) { o.adminAddr, o.metricsAddr, o.readyAddr = admin, metrics, readiness }
 }
 
-// WithPorts overrides the in-pod ports (outbound, inbound, HBONE); tests that
+// withPorts overrides the in-pod ports (outbound, inbound, HBONE); tests that
 // run several "pods" in one namespace use 0 for ephemeral ports.
-func WithPorts(outbound, inbound, hboneP int) Option {
+func withPorts(outbound, inbound, hboneP int) Option {
 	return func(o *options) { o.ports = [3]int{outbound, inbound, hboneP} }
 }
 
-// WithMark sets the SO_MARK of the proxy's own sockets (0 disables).
-func WithMark(mark int) Option { return func(o *options) { o.mark = mark } }
+// withMark sets the SO_MARK of the proxy's own sockets (0 disables).
+func withMark(mark int) Option { return func(o *options) { o.mark = mark } }
 
-// WithResolver decides, per original destination, whether and where to use
+// withResolver decides, per original destination, whether and where to use
 // HBONE; destinations it declines are passed through as plain TCP.
-func WithResolver(f func(dst netip.AddrPort) (Route, bool)) Option {
+func withResolver(f func(dst netip.AddrPort) (hboneRoute, bool)) Option {
 	return func(o *options) { o.resolve = f }
 }
 
@@ -216,19 +205,19 @@ func WithXDS(x XDS) Option { return func(o *options) { o.xds = &x } }
 // WithLogger sets the structured logger; its handler's level is the verbosity.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithHBONEOptions passes options to every HBONE dialer and server.
-func WithHBONEOptions(opts ...hbone.Option) Option {
+// withHBONEOptions passes options to every HBONE dialer and server.
+func withHBONEOptions(opts ...hbone.Option) Option {
 	return func(o *options) { o.hboneOptions = append(o.hboneOptions, opts...) }
 }
 
-// WithWorkloadLimits caps, per workload, the connects in progress (over
+// withWorkloadLimits caps, per workload, the connects in progress (over
 // the cap a dial fails at once and the client sees a reset; counted in
 // meshctl_proxy_dials_refused_total) and the captured connections served
 // at once on each of 15001 and 15006 (over it the proxy stops accepting on
 // that port until one ends; the kernel's backlog holds the rest). 15008's
 // limits are the HBONE server's own. Zero or less keeps
 // the default.
-func WithWorkloadLimits(dials, conns int) Option {
+func withWorkloadLimits(dials, conns int) Option {
 	return func(o *options) {
 		if dials > 0 {
 			o.maxDials = dials

@@ -74,11 +74,7 @@ func (p *Proxy) authorize(w *workload, transport string, peer identity.Identity,
 
 // destination is the workload policies are selected for.
 func (p *Proxy) destination(w *workload, dst netip.Addr) policy.Workload {
-	if p.opts.lookup != nil {
-		if ns, labels, ok := p.opts.lookup(dst); ok {
-			return policy.Workload{Namespace: ns, Labels: labels}
-		}
-	} else if p.model != nil {
+	if p.model != nil {
 		// The model knows the pod's labels, which ZDS does not carry, or
 		// (from istiod) the selector policies istiod bound to it.
 		if ns, labels, ok := p.model.WorkloadAt(dst); ok {

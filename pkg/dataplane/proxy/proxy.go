@@ -19,6 +19,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
 )
@@ -327,7 +328,7 @@ func (p *Proxy) resolveNow(dst netip.AddrPort) outRoute {
 	}
 	if p.model == nil {
 		if inMesh {
-			return outRoute{hbone: true, target: dst, gateway: netip.AddrPortFrom(dst.Addr(), PortHBONE)}
+			return outRoute{hbone: true, target: dst, gateway: netip.AddrPortFrom(dst.Addr(), ambient.PortHBONE)}
 		}
 		return outRoute{target: dst}
 	}
@@ -340,7 +341,7 @@ func (p *Proxy) resolveNow(dst netip.AddrPort) outRoute {
 				Peers:     up.Identities, Network: p.network,
 			}}
 	case res == model.Found && up.HBONE:
-		return outRoute{hbone: true, target: up.Addr, gateway: netip.AddrPortFrom(up.Addr.Addr(), PortHBONE), peer: up.Identity}
+		return outRoute{hbone: true, target: up.Addr, gateway: netip.AddrPortFrom(up.Addr.Addr(), ambient.PortHBONE), peer: up.Identity}
 	case res == model.Found:
 		return outRoute{target: up.Addr}
 	case res == model.NotFound && !inMesh:

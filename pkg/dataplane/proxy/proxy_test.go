@@ -118,9 +118,9 @@ func TestProxyLifecycleAdminAndHBONE(t *testing.T) {
 		WithWorkloadEvents(agent),
 		WithFetcher(certs.FromCA(c, time.Hour, time.Now)),
 		WithAddresses(admin, metrics, ready),
-		WithPorts(0, 0, 0),
-		WithMark(0),
-		WithHBONEOptions(hbone.WithAllowLoopback(true)),
+		withPorts(0, 0, 0),
+		withMark(0),
+		withHBONEOptions(hbone.WithAllowLoopback(true)),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -151,10 +151,10 @@ func TestProxyLifecycleAdminAndHBONE(t *testing.T) {
 	}
 
 	// config_dump lists both workloads and, soon, Available certificates.
-	var dump ConfigDump
+	var dump configDump
 	for i := 0; i < 200; i++ {
 		_, body := get(t, "http://"+admin+"/config_dump")
-		dump = ConfigDump{}
+		dump = configDump{}
 		if err := json.Unmarshal([]byte(body), &dump); err != nil {
 			t.Fatalf("config_dump is not JSON: %v\n%s", err, body)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/podnet"
 )
 
@@ -28,7 +29,7 @@ type workload struct {
 	addrs                                []netip.Addr
 	listeners                            [3]net.Listener // outbound, inbound, hbone
 	dialer                               *hbone.Dialer
-	dialSlots                            chan struct{} // semaphore: WithWorkloadLimits
+	dialSlots                            chan struct{} // semaphore: withWorkloadLimits
 	cancel                               context.CancelFunc
 	wg                                   sync.WaitGroup
 }
@@ -146,7 +147,7 @@ func (p *Proxy) startWorkload(ctx context.Context, w *workload) error {
 		}),
 		hbone.WithAuthorizer(func(_ context.Context, peer identity.Identity, src, dst netip.AddrPort) error {
 			err := p.authorize(w, "hbone", peer, src.Addr(), dst)
-			p.conns.add(ConnRecord{Direction: "inbound", HBONE: true, Pod: w.namespace + "/" + w.name, Identity: w.id.String(),
+			p.conns.add(connRecord{Direction: "inbound", HBONE: true, Pod: w.namespace + "/" + w.name, Identity: w.id.String(),
 				Src: src, Dst: dst, Peer: peer.String(), Error: errString(err)})
 			return err
 		}))...)
@@ -243,7 +244,7 @@ func (p *Proxy) outbound(ctx context.Context, w *workload, c net.Conn) {
 		return // a direct connection to 15001 would loop forever
 	}
 	route := p.resolve(ctx, dst)
-	rec := ConnRecord{Pod: w.namespace + "/" + w.name, Identity: w.id.String(), Src: addrPort(c.RemoteAddr()), Dst: dst, Target: route.target}
+	rec := connRecord{Pod: w.namespace + "/" + w.name, Identity: w.id.String(), Src: addrPort(c.RemoteAddr()), Dst: dst, Target: route.target}
 	switch {
 	case route.refuse != "":
 		p.outRefused.WithLabelValues(route.refuse).Inc()
@@ -312,12 +313,12 @@ func resetConn(c net.Conn) {
 func (p *Proxy) inboundPlaintext(ctx context.Context, w *workload, c net.Conn) {
 	defer c.Close()
 	dst, err := originalDst(c)
-	if err != nil || hbone.IsSelfCallPort(dst.Port()) {
+	if err != nil || ambient.IsProxyPort(dst.Port()) {
 		return
 	}
 	src := addrPort(c.RemoteAddr()).Addr()
 	err = p.authorize(w, "plaintext", identity.Identity{}, src, dst)
-	p.conns.add(ConnRecord{Direction: "inbound_plaintext", Pod: w.namespace + "/" + w.name, Identity: w.id.String(),
+	p.conns.add(connRecord{Direction: "inbound_plaintext", Pod: w.namespace + "/" + w.name, Identity: w.id.String(),
 		Src: addrPort(c.RemoteAddr()), Dst: dst, Error: errString(err)})
 	if err != nil {
 		refuse(c)

@@ -24,12 +24,12 @@ import (
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
-// Method is the full gRPC method name of CreateCertificate.
-const Method = "/istio.v1.auth.IstioCertificateService/CreateCertificate"
+// createCertificateMethod is the full gRPC method name of CreateCertificate.
+const createCertificateMethod = "/istio.v1.auth.IstioCertificateService/CreateCertificate"
 
-// ImpersonatedIdentity is the request metadata key naming the identity a
+// impersonatedIdentityKey is the request metadata key naming the identity a
 // node proxy asks for (istio.io/istio/pkg/security.ImpersonatedIdentity).
-const ImpersonatedIdentity = "ImpersonatedIdentity"
+const impersonatedIdentityKey = "ImpersonatedIdentity"
 
 // Config describes how to reach istiod's CA.
 type Config struct {
@@ -159,7 +159,7 @@ func (c *Client) Fetch(ctx context.Context, req certs.Request) ([]byte, []byte, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("loading service-account token: %w", err)
 	}
-	meta, err := structpb.NewStruct(map[string]any{ImpersonatedIdentity: req.Identity.String()})
+	meta, err := structpb.NewStruct(map[string]any{impersonatedIdentityKey: req.Identity.String()})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -177,7 +177,7 @@ func (c *Client) Fetch(ctx context.Context, req certs.Request) ([]byte, []byte, 
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	var resp rawgrpc.Frame
-	if err := c.conn.Invoke(ctx, Method, &rawgrpc.Frame{B: body}, &resp); err != nil {
+	if err := c.conn.Invoke(ctx, createCertificateMethod, &rawgrpc.Frame{B: body}, &resp); err != nil {
 		return nil, nil, signingError(err)
 	}
 	chain, err := unmarshalResponse(resp.B)
@@ -210,20 +210,20 @@ func joinPEM(parts []string) string {
 	return b.String()
 }
 
-// SigningError is a failed CreateCertificate call. Its text is ztunnel's
+// signFailure is a failed CreateCertificate call. Its text is ztunnel's
 // ("signing gRPC error (<code description>): <message>"), so config_dump
 // states read the same from either proxy.
-type SigningError struct{ Status *status.Status }
+type signFailure struct{ Status *status.Status }
 
-func (e *SigningError) Error() string {
+func (e *signFailure) Error() string {
 	return fmt.Sprintf("signing gRPC error (%s): %s", describe(e.Status.Code()), e.Status.Message())
 }
 
 // GRPCStatus lets status.FromError see through the wrapper.
-func (e *SigningError) GRPCStatus() *status.Status { return e.Status }
+func (e *signFailure) GRPCStatus() *status.Status { return e.Status }
 
 func signingError(err error) error {
-	return &SigningError{Status: status.Convert(err)}
+	return &signFailure{Status: status.Convert(err)}
 }
 
 // describe is tonic's Code::description, which ztunnel prints.

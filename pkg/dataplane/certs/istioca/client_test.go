@@ -58,7 +58,7 @@ func (f *fakeIstiod) handle(ctx context.Context, in *request) ([]string, error) 
 	if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer "+f.token {
 		return nil, status.Error(codes.Unauthenticated, "request authenticate failure")
 	}
-	who := in.Metadata.GetFields()[ImpersonatedIdentity].GetStringValue()
+	who := in.Metadata.GetFields()[impersonatedIdentityKey].GetStringValue()
 	id, err := identity.Parse(who)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "impersonated identity: %v", err)
@@ -214,7 +214,7 @@ func TestFetchImpersonatedIdentity(t *testing.T) {
 	f.istiod.mu.Lock()
 	defer f.istiod.mu.Unlock()
 	req, md := f.istiod.requests[0], f.istiod.md[0]
-	if got := req.Metadata.GetFields()[ImpersonatedIdentity].GetStringValue(); got != workload.String() {
+	if got := req.Metadata.GetFields()[impersonatedIdentityKey].GetStringValue(); got != workload.String() {
 		t.Errorf("ImpersonatedIdentity = %q, want %q", got, workload)
 	}
 	if req.ValidityDuration != 7200 {

@@ -6,21 +6,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // lookupPod fetches the pod and its namespace, the inputs of the meshed
 // decision. The plugin runs on the host, so it uses the kubeconfig
 // install-cni wrote rather than in-cluster config.
 func lookupPod(ctx context.Context, kubeconfig, ns, name string) (*corev1.Pod, *corev1.Namespace, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cs, err := kubeclient.FromFile(kubeconfig, "").Kubernetes()
 	if err != nil {
 		return nil, nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("building kubernetes client: %w", err)
 	}
 	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {

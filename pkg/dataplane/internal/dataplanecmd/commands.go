@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs/istioca"
@@ -25,6 +24,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/signer"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/zds"
 	"github.com/meshctl/meshctl/pkg/dataplane/proxy"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
@@ -147,13 +147,16 @@ func proxyCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 			}
 			cidrs = append(cidrs, p)
 		}
-		cs, err := inClusterClient()
+		// One getter: the policy watcher's config and the typed client
+		// come from the same in-cluster config.
+		kube := kubeclient.InCluster()
+		cs, err := kube.Kubernetes()
 		if err != nil {
-			return err
+			return fmt.Errorf("in-cluster client (this command runs in a Pod): %w", err)
 		}
-		cfg, err := rest.InClusterConfig()
+		cfg, err := kube.RESTConfig()
 		if err != nil {
-			return fmt.Errorf("loading in-cluster config (this command runs in a Pod): %w", err)
+			return fmt.Errorf("in-cluster config (this command runs in a Pod): %w", err)
 		}
 		var fetcher certs.Fetcher = csr.NewClient(cs, csr.WithTTL(*certTTL))
 		if *caAddress != "" {
@@ -338,13 +341,9 @@ func signerCommand(fs *flag.FlagSet) func(context.Context, *slog.Logger) error {
 }
 
 func inClusterClient() (kubernetes.Interface, error) {
-	cfg, err := rest.InClusterConfig()
+	cs, err := kubeclient.InCluster().Kubernetes()
 	if err != nil {
-		return nil, fmt.Errorf("loading in-cluster config (this command runs in a Pod): %w", err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("building Kubernetes client: %w", err)
+		return nil, fmt.Errorf("in-cluster client (this command runs in a Pod): %w", err)
 	}
 	return cs, nil
 }

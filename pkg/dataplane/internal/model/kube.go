@@ -18,10 +18,10 @@ import (
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	listersdiscoveryv1 "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/enroll"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // Names Istio gives these labels; meshctl's remote secrets carry them
@@ -88,11 +88,11 @@ func NewKube(client kubernetes.Interface, cfg KubeConfig) *Kube {
 }
 
 func clientFromKubeconfig(kubeconfig []byte) (kubernetes.Interface, error) {
-	rc, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	cs, err := kubeclient.FromBytes(kubeconfig, "").Kubernetes()
 	if err != nil {
 		return nil, fmt.Errorf("remote secret kubeconfig: %w", err)
 	}
-	return kubernetes.NewForConfig(rc)
+	return cs, nil
 }
 
 // Run feeds sink until ctx ends. It marks the sink synced once the local

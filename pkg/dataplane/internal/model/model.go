@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 )
 
 // NetworkAddr is an address within a network: pod and service addresses are
@@ -150,9 +151,6 @@ type Upstream struct {
 	ServicePort     uint16
 	Identities      []identity.Identity
 }
-
-// PortHBONE is where a node proxy, and an east-west gateway, take HBONE.
-const PortHBONE = 15008
 
 // Result says what Resolve found.
 type Result uint8
@@ -625,7 +623,7 @@ func (m *Model) gatewayLocked(network string, v6 bool) (netip.AddrPort, identity
 	for key := range m.gatewayKeys {
 		for _, v := range m.inputs[key] {
 			if v.GatewayFor != network || len(v.LoadBalancer) == 0 ||
-				!slices.ContainsFunc(v.Ports, func(p Port) bool { return p.Port == PortHBONE }) {
+				!slices.ContainsFunc(v.Ports, func(p Port) bool { return p.Port == ambient.PortHBONE }) {
 				continue
 			}
 			var id identity.Identity
@@ -653,7 +651,7 @@ func (m *Model) gatewayLocked(network string, v6 bool) (netip.AddrPort, identity
 					break
 				}
 			}
-			return netip.AddrPortFrom(a, PortHBONE), id, true
+			return netip.AddrPortFrom(a, ambient.PortHBONE), id, true
 		}
 	}
 	return netip.AddrPort{}, identity.Identity{}, false
@@ -737,5 +735,5 @@ func (m *Model) GatewayTarget(host string, port uint16) (netip.AddrPort, bool) {
 	if n == 0 {
 		return netip.AddrPort{}, false
 	}
-	return netip.AddrPortFrom(picked, PortHBONE), true
+	return netip.AddrPortFrom(picked, ambient.PortHBONE), true
 }

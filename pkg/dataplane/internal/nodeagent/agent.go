@@ -20,13 +20,13 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/probesnat"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/redirect"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/zds"
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // Redirector sets up and tears down the in-pod redirection in one netns.
@@ -155,12 +155,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return errors.New("node agent: node name not set (NODE_NAME)")
 	}
 	if a.client == nil {
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
-			return fmt.Errorf("node agent: loading in-cluster config: %w", err)
-		}
-		if a.client, err = kubernetes.NewForConfig(cfg); err != nil {
-			return fmt.Errorf("node agent: building client: %w", err)
+		var err error
+		if a.client, err = kubeclient.InCluster().Kubernetes(); err != nil {
+			return fmt.Errorf("node agent: in-cluster client: %w", err)
 		}
 	}
 	a.zds = zds.NewServer(zds.WithSocketPath(a.zdsSocket), zds.WithRegisterer(a.registerer),

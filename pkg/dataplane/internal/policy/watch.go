@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshctl/meshctl/pkg/kubeclient"
 )
 
 // The resources watched, in security.istio.io/v1 (Istio's base chart).
@@ -50,11 +52,12 @@ type Watcher struct {
 // NewWatcher returns a Watcher of the cluster cfg points at; recheck <= 0
 // is DefaultRecheck.
 func NewWatcher(cfg *rest.Config, store *Store, log *slog.Logger, recheck time.Duration) (*Watcher, error) {
-	dyn, err := dynamic.NewForConfig(cfg)
+	kube := kubeclient.FromConfig(cfg)
+	dyn, err := kube.Dynamic()
 	if err != nil {
 		return nil, fmt.Errorf("policy watcher: %w", err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	disc, err := kube.Discovery()
 	if err != nil {
 		return nil, fmt.Errorf("policy watcher: %w", err)
 	}

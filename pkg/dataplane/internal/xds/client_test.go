@@ -29,6 +29,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/policy"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/rawgrpc"
+	"github.com/meshctl/meshctl/pkg/meshca"
 )
 
 const istiodName = "istiod.istio-system.svc"
@@ -71,28 +72,25 @@ func (f *fakeStream) end(err error) { f.done <- err }
 
 func servingPKI(t *testing.T) (tls.Certificate, []byte) {
 	t.Helper()
-	rootKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	rootTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{Organization: []string{"cluster.local"}},
+	root, err := meshca.NewIssuer(&x509.Certificate{
+		Subject:   pkix.Name{Organization: []string{"cluster.local"}},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	rootDER, err := x509.CreateCertificate(rand.Reader, rootTmpl, rootTmpl, rootKey.Public(), rootKey)
+		KeyUsage: x509.KeyUsageCertSign,
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, _ := x509.ParseCertificate(rootDER)
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	leafDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
 		SerialNumber: big.NewInt(2), DNSNames: []string{istiodName},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
-	}, root, key.Public(), rootKey)
+	}, root.Cert, key.Public(), root.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: key},
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw})
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Cert.Raw})
 }
 
 func startIstiod(t *testing.T, serving tls.Certificate) (*fakeIstiod, string) {
