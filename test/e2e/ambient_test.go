@@ -202,6 +202,20 @@ spec:
 	It("keeps an established connection through istiod's restart, and resyncs: a workload made after it is reachable", func(ctx SpecContext) {
 		client := mesh.DeployEcho(ctx, ns, "long-client").In("cluster1")
 		c2 := mesh.Cluster("cluster2")
+		// The Service in both clusters (cluster1's resolves the name), its
+		// one pod in cluster2.
+		longSvc := `apiVersion: v1
+kind: Service
+metadata:
+  name: long
+  labels: {istio.io/global: "true"}
+spec:
+  selector: {app: long}
+  ports:
+  - {name: tcp, port: 9000, targetPort: 9000}
+`
+		mesh.Cluster("cluster1").Apply(ctx, ns, longSvc)
+		c2.Apply(ctx, ns, longSvc)
 		c2.Apply(ctx, ns, `apiVersion: v1
 kind: Pod
 metadata:
@@ -216,15 +230,6 @@ spec:
     # Every line the client sends goes to the log; "closed" marks the end
     # of a connection.
     command: ["sh", "-c", "while true; do nc -l -p 9000; echo closed; done"]
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: long
-spec:
-  selector: {app: long}
-  ports:
-  - {name: tcp, port: 9000, targetPort: 9000}
 `)
 		Eventually(func(g Gomega) {
 			p, err := c2.Kube.CoreV1().Pods(ns).Get(ctx, "long", metav1.GetOptions{})
@@ -283,12 +288,28 @@ spec:
 	})
 })
 
-// remoteOnlyEcho deploys an echo everywhere and deletes cluster1's pods:
-// cluster1 keeps the Service (and its name), its endpoints are in cluster2
-// only. It returns cluster1's instance.
+// globalLabel marks a Service global, as Istio's ambient multicluster
+// guide does: Istio's ambient profile (meshConfig.serviceScopeConfigs)
+// makes only such Services span clusters; any other keeps the endpoints of
+// its own cluster.
+const globalLabel = `{"metadata":{"labels":{"istio.io/global":"true"}}}`
+
+// markGlobal labels Service name of ns global in every cluster.
+func markGlobal(ctx context.Context, m *meshtest.Env, ns, name string) {
+	GinkgoHelper()
+	for _, c := range m.Clusters() {
+		_, err := c.Kube.CoreV1().Services(ns).Patch(ctx, name, types.StrategicMergePatchType, []byte(globalLabel), metav1.PatchOptions{})
+		Expect(err).NotTo(HaveOccurred(), "%s: marking Service %s/%s global", c.Name, ns, name)
+	}
+}
+
+// remoteOnlyEcho deploys an echo everywhere, marks its Service global and
+// deletes cluster1's pods: cluster1 keeps the Service (and its name), its
+// endpoints are in cluster2 only. It returns cluster1's instance.
 func remoteOnlyEcho(ctx context.Context, m *meshtest.Env, ns, name string) *meshtest.Echo {
 	GinkgoHelper()
 	local := m.DeployEcho(ctx, ns, name).In("cluster1")
+	markGlobal(ctx, m, ns, name)
 	Expect(local.Cluster.Kube.AppsV1().Deployments(ns).Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())
 	Eventually(func(g Gomega) {
 		pods, err := local.Cluster.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})

@@ -230,8 +230,14 @@ func TestIntegrationIstioAmbient(t *testing.T) {
 		t.Errorf("istio-cni runs %s, want the offline build meshctl/install-cni:%s", img, Version)
 	}
 	cm, err := cs.CoreV1().ConfigMaps("istio-system").Get(ctx, "istio-cni-config", metav1.GetOptions{})
-	if err != nil || cm.Data["AMBIENT_ENABLED"] != "true" {
-		t.Errorf("istio-cni-config AMBIENT_ENABLED: %v %v, want true", cm.Data, err)
+	if err != nil || cm.Data["AMBIENT_ENABLED"] != "true" || cm.Data["AMBIENT_DNS_CAPTURE"] != "false" {
+		t.Errorf("istio-cni-config AMBIENT_ENABLED, AMBIENT_DNS_CAPTURE: %v %v, want true, false (meshctl's proxy serves no DNS)", cm.Data, err)
+	}
+	// istiod gives the cluster's workloads the network the Istio
+	// namespace's label names, ztunnel its own from global.network.
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, "istio-system", metav1.GetOptions{})
+	if want := tgt.Values["global"].(map[string]any)["network"]; err != nil || want == "" || ns.Labels[NetworkLabel] != want {
+		t.Errorf("istio-system labels %v (%v): want %s=%v", ns.Labels, err, NetworkLabel, want)
 	}
 	d, err := cs.AppsV1().Deployments("istio-system").Get(ctx, "istiod", metav1.GetOptions{})
 	if err != nil {

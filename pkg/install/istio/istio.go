@@ -283,28 +283,29 @@ func (i *Installer) Install(ctx context.Context, targets ...Target) (*installer.
 // refuses istiod's certificate) nor writes istio-ca-root-cert there.
 const ControlPlaneClustersAnnotation = "topology.istio.io/controlPlaneClusters"
 
-// prepareRemotes readies every remote before any istiod starts: its Istio
-// namespace names its primary (markControlPlane) and it holds Istio's CRDs
+// prepareRemotes readies every target's Istio namespace (prepareNamespace:
+// in ambient mode, each carries its network) and every remote before any
+// istiod starts: its Istio namespace names its primary and it holds Istio's CRDs
 // (the istio-base release). Both are read by the primary's istiod when it
 // adds the remote from its remote secret — which meshctl created before
 // any chart — and only then: the annotation decides once whether that
 // istiod patches the remote's injection webhook with its CA bundle
 // (istio's multicluster.go, checkShouldLead). Istio's primary-remote guide
 // gets the same order by creating the remote secret last. The result is
-// every remote's istio-base outcome; a failed one's other releases are
+// every remote's istio-base outcome, and the error of every target whose
+// namespace could not be prepared; a failed one's other releases are
 // skipped.
 func (i *Installer) prepareRemotes(ctx context.Context, targets []Target) (map[string]installer.ClusterResult, error) {
 	out := map[string]installer.ClusterResult{}
 	var remotes []Target
 	for _, t := range targets {
-		if !t.remote() {
-			continue
-		}
-		if err := i.markControlPlane(ctx, t); err != nil {
+		if err := i.prepareNamespace(ctx, t); err != nil {
 			out[t.Cluster] = i.skipped(t, err.Error())
 			continue
 		}
-		remotes = append(remotes, t)
+		if t.remote() {
+			remotes = append(remotes, t)
+		}
 	}
 	if len(remotes) == 0 {
 		return out, nil
@@ -325,11 +326,25 @@ func (i *Installer) prepareRemotes(ctx context.Context, targets []Target) (map[s
 	return out, nil
 }
 
-// markControlPlane gives a remote's Istio namespace the annotation naming
-// its primary (creating the namespace, as Istio's guide does before the
-// charts); other targets need nothing.
-func (i *Installer) markControlPlane(ctx context.Context, t Target) error {
-	if !t.remote() {
+// NetworkLabel on the Istio namespace names the cluster's network. In
+// ambient mode istiod reads it there (and nowhere else) to give the
+// cluster's workloads their network, while ztunnel takes its own from the
+// chart's global.network (NETWORK): without the label, istiod sends every
+// address on network "" and the proxy, on "network-1", finds no
+// destination. Istio's ambient multicluster guide labels it before the
+// charts.
+const NetworkLabel = "topology.istio.io/network"
+
+// prepareNamespace readies a target's Istio namespace before the charts,
+// creating it as Istio's guides do: a remote's names its primary
+// (ControlPlaneClustersAnnotation), and in ambient mode each is labeled
+// with the cluster's network (NetworkLabel). Other targets need nothing.
+func (i *Installer) prepareNamespace(ctx context.Context, t Target) error {
+	network := ""
+	if g, ok := t.Values["global"].(map[string]any); ok {
+		network, _ = g["network"].(string)
+	}
+	if !t.remote() && (!i.ambient || network == "") {
 		return nil
 	}
 	cs, err := i.clients.File(t.Kubeconfig, "").Kubernetes()
@@ -337,9 +352,17 @@ func (i *Installer) markControlPlane(ctx context.Context, t Target) error {
 		return fmt.Errorf("cluster %s: %w", t.Cluster, err)
 	}
 	ns := installer.Namespace(t.Values)
-	apply := corev1apply.Namespace(ns).WithAnnotations(map[string]string{ControlPlaneClustersAnnotation: t.Primary})
-	if _, err := cs.CoreV1().Namespaces().Apply(ctx, apply, metav1.ApplyOptions{FieldManager: "meshctl", Force: true}); err != nil {
-		return fmt.Errorf("cluster %s: annotating namespace %s with %s=%s: %w", t.Cluster, ns, ControlPlaneClustersAnnotation, t.Primary, err)
+	apply := corev1apply.Namespace(ns)
+	if t.remote() {
+		apply.WithAnnotations(map[string]string{ControlPlaneClustersAnnotation: t.Primary})
+	}
+	if i.ambient && network != "" {
+		apply.WithLabels(map[string]string{NetworkLabel: network})
+	}
+	// A field manager of its own: an apply under the gateway step's
+	// manager would drop the labels that step set.
+	if _, err := cs.CoreV1().Namespaces().Apply(ctx, apply, metav1.ApplyOptions{FieldManager: "meshctl-istio", Force: true}); err != nil {
+		return fmt.Errorf("cluster %s: preparing namespace %s (primary %q, network %q): %w", t.Cluster, ns, t.Primary, network, err)
 	}
 	return nil
 }
