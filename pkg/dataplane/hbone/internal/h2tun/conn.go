@@ -147,8 +147,11 @@ type Conn struct {
 	// no memory while idle), henc/hbuf encode headers in wire order.
 	wmu  sync.Mutex
 	wbuf lazyBuf
-	henc *hpack.Encoder
-	hbuf bytes.Buffer
+	// direct is written after wbuf by the next flush: frames that
+	// WriteFramed laid out in the caller's buffer.
+	direct []byte
+	henc   *hpack.Encoder
+	hbuf   bytes.Buffer
 
 	mu            sync.Mutex
 	streams       map[uint32]*Stream
@@ -248,7 +251,7 @@ func (c *Conn) writeHello() error {
 
 // flushLocked writes wbuf to the connection, under wmu.
 func (c *Conn) flushLocked() error {
-	if c.wbuf.b == nil {
+	if c.wbuf.b == nil && c.direct == nil {
 		return nil
 	}
 	if c.cfg.StallTimeout > 0 && !c.ownDeadline.Load() {
@@ -261,12 +264,24 @@ func (c *Conn) flushLocked() error {
 		}
 	}
 	if c.cfg.Batch == nil {
-		return c.wbuf.flush(c.nc)
+		return c.flushBothLocked()
 	}
 	c.cfg.Batch.StartBatch()
-	err := c.wbuf.flush(c.nc)
+	err := c.flushBothLocked()
 	if berr := c.cfg.Batch.EndBatch(); err == nil {
 		err = berr
+	}
+	return err
+}
+
+// flushBothLocked writes wbuf, then direct, under wmu.
+func (c *Conn) flushBothLocked() error {
+	err := c.wbuf.flush(c.nc)
+	if d := c.direct; d != nil {
+		c.direct = nil
+		if err == nil {
+			_, err = c.nc.Write(d)
+		}
 	}
 	return err
 }
