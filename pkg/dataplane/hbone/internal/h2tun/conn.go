@@ -274,14 +274,18 @@ func (c *Conn) flushLocked() error {
 	return err
 }
 
-// flushBothLocked writes wbuf, then direct, under wmu.
+// flushBothLocked writes direct, then wbuf, under wmu. direct goes first:
+// WriteFramed sets it with wbuf empty, and what unlockWrite then moves into
+// wbuf was queued after it (a RST_STREAM of the same stream must follow
+// its DATA, as it does when Write puts DATA in wbuf).
 func (c *Conn) flushBothLocked() error {
-	err := c.wbuf.flush(c.nc)
+	var err error
 	if d := c.direct; d != nil {
 		c.direct = nil
-		if err == nil {
-			_, err = c.nc.Write(d)
-		}
+		_, err = c.nc.Write(d)
+	}
+	if werr := c.wbuf.flush(c.nc); err == nil {
+		err = werr
 	}
 	return err
 }

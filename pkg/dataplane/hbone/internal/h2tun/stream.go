@@ -380,7 +380,7 @@ func (s *Stream) WriteFramed(buf []byte, n int) (int, error) {
 		c.wmu.Unlock()
 		return 0, err
 	}
-	c.direct = buf[:end]
+	c.direct = buf[:end] // wbuf is empty: every holder of wmu flushes it
 	if err := c.unlockWrite(); err != nil {
 		return 0, err
 	}
