@@ -380,7 +380,7 @@ func testSink(t *testing.T, batched bool) {
 		}
 		s.SetSink(rc, func(n int) {
 			inlined.Add(int64(n))
-			if n > chunkSize {
+			if n > chunkSize { // more than one frame
 				bigSinkWrites.Add(1)
 			}
 		})

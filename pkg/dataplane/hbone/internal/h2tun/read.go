@@ -347,11 +347,12 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	// keeps the order.
 	inlined := false
 	if s.sink != nil && s.rdst != nil && s.rn == 0 && len(data) > 0 {
-		// Full-size frames are a burst in progress: they are held and
-		// written to the sink in one syscall when the burst ends (the
-		// reader is about to block, a shorter frame comes, or the buffer
-		// is full), where writing each would cost a syscall per 16 KiB.
-		hold := c.deferWakes && len(data) >= chunkSize && len(data) <= heldSize && !f.StreamEnded()
+		// Full-size frames (16 KiB, or WriteFramed's one TLS record) are
+		// a burst in progress: they are held and written to the sink in
+		// one syscall when the burst ends (the reader is about to block,
+		// a shorter frame comes, or the buffer is full), where writing
+		// each would cost a syscall per 16 KiB.
+		hold := c.deferWakes && len(data) >= FramedPayload && len(data) <= heldSize && !f.StreamEnded()
 		if s.held != nil && (!hold || len(*s.held)+len(data) > heldSize) {
 			s.flushHeldLocked()
 		}
