@@ -175,6 +175,14 @@ func TestInteropIstioDialerToOurServer(t *testing.T) {
 	}
 	defer c.Close()
 	roundTrip(t, c, "istio → meshctl")
+	// Bulk both ways: our server's frames towards the peer are laid out
+	// in place (h2tun.WriteFramed), and the peer's full-size frames are
+	// written to the destination in bursts.
+	bulk := make([]byte, 1<<20)
+	for i := range bulk {
+		bulk[i] = byte(i * 7 / 3)
+	}
+	roundTrip(t, c, string(bulk))
 	// Our inbound checks apply to the peer too: a self-call port is refused.
 	if _, err := e.istioDialer(e.ours).DialContext(context.Background(), "tcp", "127.0.0.1:15008"); err == nil {
 		t.Error("a self-call CONNECT from Istio's dialer was accepted")

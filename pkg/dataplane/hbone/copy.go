@@ -8,6 +8,9 @@ import (
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/meshctl/meshctl/pkg/dataplane/hbone/internal/h2tun"
 )
 
 const (
@@ -24,6 +27,19 @@ const (
 
 var bigBufs = sync.Pool{New: func() any { b := make([]byte, bigBufSize); return &b }}
 
+// framedSegments DATA frames' worth of payload is read at a time into a
+// framed buffer, laid out as h2tun.WriteFramed takes it: a socket read
+// (readv) leaves room for each frame's header, so the payload is written
+// to the tunnel from where it was read, with no copy.
+const framedSegments = 4
+
+var framedBufs = sync.Pool{New: func() any { b := make([]byte, framedSegments*h2tun.FramedStride); return &b }}
+
+// framedWriter is a tunnel stream that takes framed buffers.
+type framedWriter interface {
+	WriteFramed(buf []byte, n int) (int, error)
+}
+
 // sockReader reads a socket into a pooled buffer that is taken only once
 // the socket is readable: a connection waiting for data, idle, holds none,
 // and one with data queued gets it in a single large read. Its callback for
@@ -39,6 +55,17 @@ type sockReader struct {
 	buf     *[]byte
 	n       int
 	rerr    error
+	// framed: buffers come from framedBufs and are read with readv
+	// into iov, the payload segments of the framed layout.
+	framed bool
+	iov    [framedSegments][]byte
+}
+
+func (r *sockReader) pool() *sync.Pool {
+	if r.framed {
+		return &framedBufs
+	}
+	return &bigBufs
 }
 
 func newSockReader(rc syscall.RawConn) *sockReader {
@@ -48,15 +75,28 @@ func newSockReader(rc syscall.RawConn) *sockReader {
 }
 
 func (r *sockReader) tryRead(fd uintptr) bool {
-	r.buf = bigBufs.Get().(*[]byte)
+	r.buf = r.pool().Get().(*[]byte)
+	if r.framed {
+		b := *r.buf
+		for i := range r.iov {
+			r.iov[i] = b[i*h2tun.FramedStride+h2tun.FrameHeaderLen : (i+1)*h2tun.FramedStride]
+		}
+	}
 	for {
-		r.n, r.rerr = syscall.Read(int(fd), *r.buf)
+		if r.framed {
+			r.n, r.rerr = unix.Readv(int(fd), r.iov[:])
+		} else {
+			r.n, r.rerr = syscall.Read(int(fd), *r.buf)
+		}
 		if r.rerr != syscall.EINTR {
 			break
 		}
 	}
+	if r.framed {
+		r.iov = [framedSegments][]byte{}
+	}
 	if r.rerr == syscall.EAGAIN {
-		bigBufs.Put(r.buf)
+		r.pool().Put(r.buf)
 		r.buf = nil
 		if r.onBlock != nil {
 			r.onBlock()
@@ -81,7 +121,7 @@ func (r *sockReader) read() (*[]byte, int, error) {
 	}
 	if err != nil {
 		if buf != nil {
-			bigBufs.Put(buf)
+			r.pool().Put(buf)
 		}
 		return nil, 0, err
 	}
@@ -144,6 +184,23 @@ func splice(dst io.Writer, src io.Reader, counter prometheus.Counter) (readErr e
 // spliceSocket is splice from a socket: no buffer at all while idle.
 func spliceSocket(dst io.Writer, src syscall.RawConn, counter prometheus.Counter) (readErr error, writeFailed bool) {
 	r := newSockReader(src)
+	if fw, ok := dst.(framedWriter); ok {
+		r.framed = true
+		for {
+			buf, n, err := r.read()
+			if err != nil {
+				return err, false
+			}
+			_, werr := fw.WriteFramed(*buf, n)
+			framedBufs.Put(buf)
+			if werr != nil {
+				return werr, true
+			}
+			if counter != nil {
+				counter.Add(float64(n))
+			}
+		}
+	}
 	for {
 		buf, n, err := r.read()
 		if err != nil {

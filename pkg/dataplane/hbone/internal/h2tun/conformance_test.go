@@ -198,7 +198,9 @@ func TestDataAfterOurResetIgnored(t *testing.T) {
 		s.Close() // CANCEL before the client is done
 	})
 	fr, hello := rawClient(t, cs)
+	wrote := make(chan struct{})
 	go func() {
+		defer close(wrote)
 		_ = hello()
 		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: connectBlock("10.0.0.1:80"), EndHeaders: true})
 	}()
@@ -206,6 +208,9 @@ func TestDataAfterOurResetIgnored(t *testing.T) {
 	if !ok || rst.ErrCode != http2.ErrCodeCancel {
 		t.Fatalf("got %v, want the handler's CANCEL", rst)
 	}
+	// The reset can arrive before WriteHeaders has returned; the framer
+	// is not safe for two writers at once.
+	<-wrote
 	go func() {
 		for range 5 {
 			_ = fr.WriteData(1, false, []byte("in flight"))

@@ -147,8 +147,11 @@ type Conn struct {
 	// no memory while idle), henc/hbuf encode headers in wire order.
 	wmu  sync.Mutex
 	wbuf lazyBuf
-	henc *hpack.Encoder
-	hbuf bytes.Buffer
+	// direct is written after wbuf by the next flush: frames that
+	// WriteFramed laid out in the caller's buffer.
+	direct []byte
+	henc   *hpack.Encoder
+	hbuf   bytes.Buffer
 
 	mu            sync.Mutex
 	streams       map[uint32]*Stream
@@ -248,7 +251,7 @@ func (c *Conn) writeHello() error {
 
 // flushLocked writes wbuf to the connection, under wmu.
 func (c *Conn) flushLocked() error {
-	if c.wbuf.b == nil {
+	if c.wbuf.b == nil && c.direct == nil {
 		return nil
 	}
 	if c.cfg.StallTimeout > 0 && !c.ownDeadline.Load() {
@@ -261,12 +264,28 @@ func (c *Conn) flushLocked() error {
 		}
 	}
 	if c.cfg.Batch == nil {
-		return c.wbuf.flush(c.nc)
+		return c.flushBothLocked()
 	}
 	c.cfg.Batch.StartBatch()
-	err := c.wbuf.flush(c.nc)
+	err := c.flushBothLocked()
 	if berr := c.cfg.Batch.EndBatch(); err == nil {
 		err = berr
+	}
+	return err
+}
+
+// flushBothLocked writes direct, then wbuf, under wmu. direct goes first:
+// WriteFramed sets it with wbuf empty, and what unlockWrite then moves into
+// wbuf was queued after it (a RST_STREAM of the same stream must follow
+// its DATA, as it does when Write puts DATA in wbuf).
+func (c *Conn) flushBothLocked() error {
+	var err error
+	if d := c.direct; d != nil {
+		c.direct = nil
+		_, err = c.nc.Write(d)
+	}
+	if werr := c.wbuf.flush(c.nc); err == nil {
+		err = werr
 	}
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -313,7 +314,47 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 	return a.(*net.TCPConn), b.(*net.TCPConn)
 }
 
+// readBatcher is a Batcher for a plain socket: it reads up to 64 KiB at a
+// time, as the TLS connection's socket does in hbone, and calls the read
+// hook before each socket read, when what it had is used up.
+type readBatcher struct {
+	net.Conn
+	buf     []byte
+	pending []byte
+	onBlock func()
+}
+
+func (b *readBatcher) StartBatch()          {}
+func (b *readBatcher) EndBatch() error      { return nil }
+func (b *readBatcher) OnReadBlock(f func()) { b.onBlock = f }
+func (b *readBatcher) Read(p []byte) (int, error) {
+	if len(b.pending) == 0 {
+		if b.onBlock != nil {
+			b.onBlock()
+		}
+		if b.buf == nil {
+			b.buf = make([]byte, 64<<10)
+		}
+		n, err := b.Conn.Read(b.buf)
+		if n == 0 {
+			return 0, err
+		}
+		b.pending = b.buf[:n]
+	}
+	n := copy(p, b.pending)
+	b.pending = b.pending[n:]
+	return n, nil
+}
+
 func TestSinkKeepsOrderFlowControlAndEnd(t *testing.T) {
+	t.Parallel()
+	t.Run("unbatched", func(t *testing.T) { testSink(t, false) })
+	// With a Batcher full-size frames are held and written to the sink
+	// together, once the reader is about to block.
+	t.Run("batched", func(t *testing.T) { testSink(t, true) })
+}
+
+func testSink(t *testing.T, batched bool) {
 	t.Parallel()
 	// The handler splices the stream to a real socket whose reader is slow
 	// at first, so the connection's reader both writes inline and falls
@@ -322,15 +363,27 @@ func TestSinkKeepsOrderFlowControlAndEnd(t *testing.T) {
 	dst, far := tcpPair(t)
 	// Small, but not so small that loopback's 64 KiB segments stall TCP.
 	_ = dst.SetWriteBuffer(64 << 10)
-	var inlined, viaRead atomic.Int64
-	cs, _, _ := serveTCP(t, Config{}, func(s *Stream, _ *Request) {
+	var inlined, viaRead, bigSinkWrites atomic.Int64
+	cs, ss := tcpPair(t)
+	cfg := Config{}
+	var sc net.Conn = ss
+	if batched {
+		b := &readBatcher{Conn: ss}
+		cfg.Batch, sc = b, b
+	}
+	serveOn(t, cs, sc, cfg, func(s *Stream, _ *Request) {
 		defer s.Close()
 		rc, err := dst.SyscallConn()
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		s.SetSink(rc, func(n int) { inlined.Add(int64(n)) })
+		s.SetSink(rc, func(n int) {
+			inlined.Add(int64(n))
+			if n > chunkSize { // more than one frame
+				bigSinkWrites.Add(1)
+			}
+		})
 		_ = s.WriteHeader(200, false)
 		buf := make([]byte, 32<<10)
 		for {
@@ -396,5 +449,58 @@ func TestSinkKeepsOrderFlowControlAndEnd(t *testing.T) {
 	}
 	if inlined.Load()+viaRead.Load() != int64(len(payload)) {
 		t.Fatalf("inline %d + Read %d != %d sent", inlined.Load(), viaRead.Load(), len(payload))
+	}
+	if batched && bigSinkWrites.Load() == 0 {
+		t.Fatal("no sink write took more than one frame: held frames were not written together")
+	}
+}
+
+// TestWriteFramed sends payloads laid out for WriteFramed, of sizes around
+// the segment boundaries, through an echo server; a small stream window
+// makes the larger ones take the path that waits for window.
+func TestWriteFramed(t *testing.T) {
+	t.Parallel()
+	for _, window := range []uint32{0, 20000} {
+		t.Run(fmt.Sprint("window", window), func(t *testing.T) {
+			t.Parallel()
+			cs, _, _ := serveTCP(t, Config{StreamWindow: window}, echoHandler)
+			st := connectOne(t, cs)
+			defer st.Close()
+			var want []byte
+			go func() {
+				for i, n := range []int{1, FramedPayload - 1, FramedPayload, FramedPayload + 1, 3*FramedPayload + 7, 4 * FramedPayload} {
+					buf := make([]byte, 4*FramedStride)
+					for j := range buf {
+						buf[j] = 0xee // header room: must not reach the peer
+					}
+					seg := 0
+					for left, k := n, 0; left > 0; seg++ {
+						m := min(left, FramedPayload)
+						for j := range m {
+							buf[seg*FramedStride+FrameHeaderLen+j] = byte(i + k + j)
+						}
+						k += m
+						left -= m
+					}
+					if w, err := st.WriteFramed(buf, n); err != nil || w != n {
+						t.Errorf("WriteFramed(%d): %d, %v", n, w, err)
+						return
+					}
+				}
+				_ = st.CloseWrite()
+			}()
+			for i, n := range []int{1, FramedPayload - 1, FramedPayload, FramedPayload + 1, 3*FramedPayload + 7, 4 * FramedPayload} {
+				for j := range n {
+					want = append(want, byte(i+j))
+				}
+			}
+			got, err := io.ReadAll(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("echoed %d bytes, want %d, equal %v", len(got), len(want), bytes.Equal(got, want))
+			}
+		})
 	}
 }

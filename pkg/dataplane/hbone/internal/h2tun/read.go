@@ -346,12 +346,29 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	// written everything earlier to the sink: writing this data there now
 	// keeps the order.
 	inlined := false
-	if s.sink != nil && s.rdst != nil && s.rn == 0 && s.rbuf.n == 0 && len(data) > 0 {
-		if k := s.writeSinkLocked(data); k > 0 {
-			s.consumedLocked(uint32(k))
-			data = data[k:]
-			inlined = len(data) == 0
+	if s.sink != nil && s.rdst != nil && s.rn == 0 && len(data) > 0 {
+		// Full-size frames (16 KiB, or WriteFramed's one TLS record) are
+		// a burst in progress: they are held and written to the sink in
+		// one syscall when the burst ends (the reader is about to block,
+		// a shorter frame comes, or the buffer is full), where writing
+		// each would cost a syscall per 16 KiB.
+		hold := c.deferWakes && len(data) >= FramedPayload && len(data) <= heldSize && !f.StreamEnded()
+		if s.held != nil && (!hold || len(*s.held)+len(data) > heldSize) {
+			s.flushHeldLocked()
 		}
+		if s.rbuf.n == 0 {
+			if hold {
+				s.holdLocked(data)
+				data = nil
+				inlined = true
+			} else if k := s.writeSinkLocked(data); k > 0 {
+				s.consumedLocked(uint32(k))
+				data = data[k:]
+				inlined = len(data) == 0
+			}
+		}
+	} else if s.held != nil {
+		s.flushHeldLocked()
 	}
 	if s.rdst != nil && s.rbuf.n == 0 {
 		k := copy(s.rdst[s.rn:], data)
@@ -377,9 +394,9 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 		// Nothing for the Read: leave it asleep.
 	case !c.deferWakes || f.StreamEnded() || s.rdst == nil || s.rn == len(s.rdst):
 		s.wakeLocked()
-	case !s.wakeDeferred:
+	default:
 		s.wakeDeferred = true
-		c.wakes = append(c.wakes, s)
+		c.queueWakeLocked(s)
 	}
 	c.deferred += int(n)
 	flush := c.deferred >= maxDeferredBytes
@@ -395,13 +412,26 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 // streams' data keeps the reader busy.
 const maxDeferredBytes = 256 << 10
 
-// flushWakes wakes the Reads whose wakeup onData deferred. The reader calls
-// it just before it would block on the socket.
+// queueWakeLocked puts s on the list flushWakes goes through.
+func (c *Conn) queueWakeLocked(s *Stream) {
+	if !s.queued {
+		s.queued = true
+		c.wakes = append(c.wakes, s)
+	}
+}
+
+// flushWakes writes the data onData held for sinks and wakes the Reads
+// whose wakeup it deferred. The reader calls it just before it would block
+// on the socket.
 func (c *Conn) flushWakes() {
 	c.mu.Lock()
 	for i, s := range c.wakes {
-		s.wakeDeferred = false
-		s.wakeLocked()
+		s.queued = false
+		s.flushHeldLocked()
+		if s.wakeDeferred {
+			s.wakeDeferred = false
+			s.wakeLocked()
+		}
 		c.wakes[i] = nil
 	}
 	c.wakes = c.wakes[:0]
@@ -430,6 +460,7 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			c.resetLocked(s, http2.ErrCodeProtocol)
 			return nil
 		}
+		s.flushHeldLocked()
 		s.remoteDone = true
 		if s.rerr == nil {
 			s.rerr = errEOF
@@ -478,6 +509,7 @@ func (c *Conn) onRequest(f *http2.MetaHeadersFrame) error {
 			c.kick()
 			return nil
 		}
+		s.flushHeldLocked()
 		s.remoteDone = true
 		if s.rerr == nil {
 			s.rerr = errEOF

@@ -33,12 +33,16 @@ type Stream struct {
 	// sink is the socket the stream's Read data is copied to (SetSink):
 	// while that Read waits with nothing buffered, the connection's reader
 	// writes DATA straight to it, without waking the Read's goroutine.
-	sink         syscall.RawConn
-	sinkWrote    func(n int)
-	sinkTry      func(fd uintptr) bool
-	sinkData     []byte
-	sinkN        int
-	wakeDeferred bool
+	sink      syscall.RawConn
+	sinkWrote func(n int)
+	sinkTry   func(fd uintptr) bool
+	sinkData  []byte
+	sinkN     int
+	// held is full-size DATA for the sink that onData keeps until the
+	// burst ends, to write it with one syscall (nil when none).
+	held         *[]byte
+	wakeDeferred bool  // flushWakes wakes the Read
+	queued       bool  // on the connection's wakes list
 	respSent     bool  // server: response HEADERS written
 	rerr         error // errEOF, a *StreamError, ErrRefused or the connection's error
 	werr         error
@@ -128,6 +132,7 @@ func (c *Conn) resetLocked(s *Stream, code http2.ErrCode) {
 	}
 	c.connAckLocked(uint32(s.rbuf.n))
 	s.rbuf.reset()
+	s.dropHeldLocked()
 	s.finishLocked()
 }
 
@@ -163,6 +168,58 @@ func (s *Stream) writeSinkLocked(p []byte) int {
 		s.sinkWrote(k)
 	}
 	return k
+}
+
+// heldSize bounds the DATA held for one sink write.
+const heldSize = 64 << 10
+
+var heldPool = sync.Pool{New: func() any { b := make([]byte, 0, heldSize); return &b }}
+
+// holdLocked appends a full-size frame's data to what is held for the sink
+// and has flushWakes write it. The caller has made room.
+func (s *Stream) holdLocked(data []byte) {
+	if s.held == nil {
+		s.held = heldPool.Get().(*[]byte)
+	}
+	*s.held = append(*s.held, data...)
+	s.c.queueWakeLocked(s)
+}
+
+// flushHeldLocked writes the held data to the sink with one non-blocking
+// attempt; what the sink does not take goes to the receive buffer, for the
+// Read, which is woken.
+func (s *Stream) flushHeldLocked() {
+	if s.held == nil {
+		return
+	}
+	b := *s.held
+	k := 0
+	if s.sink != nil && s.rdst != nil && s.rn == 0 && s.rbuf.n == 0 {
+		k = s.writeSinkLocked(b)
+	}
+	if k > 0 {
+		s.consumedLocked(uint32(k))
+	}
+	if k < len(b) {
+		s.rbuf.write(b[k:])
+		s.wakeLocked()
+	}
+	s.releaseHeldLocked()
+}
+
+// dropHeldLocked discards held data of a stream reset or closed, crediting
+// it to the connection's window.
+func (s *Stream) dropHeldLocked() {
+	if s.held != nil {
+		s.c.connAckLocked(uint32(len(*s.held)))
+		s.releaseHeldLocked()
+	}
+}
+
+func (s *Stream) releaseHeldLocked() {
+	*s.held = (*s.held)[:0]
+	heldPool.Put(s.held)
+	s.held = nil
 }
 
 func (s *Stream) trySinkLocked(fd uintptr) bool {
@@ -263,6 +320,73 @@ func (s *Stream) Write(p []byte) (int, error) {
 	return written, nil
 }
 
+// The layout WriteFramed takes: each DATA frame's payload preceded by room
+// for its header, so that a socket read can land in the buffer the frames
+// are written from (readv), with no copy into the connection's buffer.
+const (
+	FrameHeaderLen = 9
+	// FramedPayload makes header plus payload one full TLS record (16 KiB
+	// of plaintext), so that records and frames coincide.
+	FramedPayload = 16<<10 - FrameHeaderLen
+	FramedStride  = FrameHeaderLen + FramedPayload
+)
+
+// WriteFramed sends n bytes of payload laid out in buf as consecutive
+// segments of FrameHeaderLen bytes of room and FramedPayload bytes of
+// payload, the last segment possibly shorter. It writes each segment's
+// frame header into its room and the frames to the connection in one
+// Write. Only the header room of buf is modified.
+func (s *Stream) WriteFramed(buf []byte, n int) (int, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	c := s.c
+	c.mu.Lock()
+	if s.werr == nil && !s.localDone && (int(s.sendWindow) < n || int(c.sendWindow) < n) {
+		// Not enough window for all of it (rare with hbone's windows):
+		// the frames Write makes, as the window allows, copying.
+		c.mu.Unlock()
+		written := 0
+		for off := 0; written < n; off += FramedStride {
+			k := min(n-written, FramedPayload)
+			m, err := s.Write(buf[off+FrameHeaderLen : off+FrameHeaderLen+k])
+			written += m
+			if err != nil {
+				return written, err
+			}
+		}
+		return written, nil
+	}
+	if err := s.writeErrLocked(); err != nil {
+		c.mu.Unlock()
+		return 0, err
+	}
+	s.sendWindow -= int32(n)
+	c.sendWindow -= int32(n)
+	c.mu.Unlock()
+
+	end := 0
+	for left := n; left > 0; {
+		k := min(left, FramedPayload)
+		putDataHeader(buf[end:end+FrameHeaderLen], s.id, k, false)
+		end += FrameHeaderLen + k
+		left -= k
+	}
+	c.wmu.Lock()
+	c.mu.Lock()
+	err := s.writeErrLocked()
+	c.mu.Unlock()
+	if err != nil {
+		c.wmu.Unlock()
+		return 0, err
+	}
+	c.direct = buf[:end] // wbuf is empty: every holder of wmu flushes it
+	if err := c.unlockWrite(); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
 // armStallLocked starts the stall timer for a Write about to wait for
 // window; the timer resets the stream unless the wait has ended by then.
 func (s *Stream) armStallLocked() {
@@ -315,15 +439,21 @@ func (s *Stream) writeErrLocked() error {
 // here rather than with Framer.WriteData, which would copy the payload once
 // more into its own buffer.
 func (c *Conn) writeDataLocked(id uint32, data []byte, end bool) {
-	var h [9]byte
-	h[0], h[1], h[2] = byte(len(data)>>16), byte(len(data)>>8), byte(len(data))
+	var h [FrameHeaderLen]byte
+	putDataHeader(h[:], id, len(data), end)
+	_, _ = c.wbuf.Write(h[:])
+	_, _ = c.wbuf.Write(data)
+}
+
+// putDataHeader writes a DATA frame header into h.
+func putDataHeader(h []byte, id uint32, n int, end bool) {
+	h[0], h[1], h[2] = byte(n>>16), byte(n>>8), byte(n)
 	h[3] = byte(http2.FrameData)
+	h[4] = 0
 	if end {
 		h[4] = byte(http2.FlagDataEndStream)
 	}
 	binary.BigEndian.PutUint32(h[5:], id)
-	_, _ = c.wbuf.Write(h[:])
-	_, _ = c.wbuf.Write(data)
 }
 
 // CloseWrite sends END_STREAM: the peer reads EOF, the other direction goes on.
@@ -404,6 +534,7 @@ func (s *Stream) Close() {
 	c.resetLocked(s, code)
 	c.connAckLocked(uint32(s.rbuf.n))
 	s.rbuf.reset()
+	s.dropHeldLocked()
 	c.slots--
 	c.maybeIdleLocked()
 	c.mu.Unlock()
