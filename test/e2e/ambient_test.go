@@ -227,6 +227,9 @@ spec:
   - name: long
     image: `+suite.testImage+`
     imagePullPolicy: IfNotPresent
+    # busybox's nc -l ends the connection once its stdin ends: an open
+    # stdin keeps it up for as long as the client is.
+    stdin: true
     # Every line the client sends goes to the log; "closed" marks the end
     # of a connection.
     command: ["sh", "-c", "while true; do nc -l -p 9000; echo closed; done"]

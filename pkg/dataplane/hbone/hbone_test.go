@@ -1,6 +1,7 @@
 package hbone
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -597,4 +598,50 @@ func TestClientSendsAfterDestinationHalfCloses(t *testing.T) {
 	app, down := tcpPair(t)
 	go func() { _ = e.dialer.Proxy(context.Background(), e.target(dst), down) }()
 	check("Proxy", app)
+}
+
+// TestTunnelCarriesPacedWrites: an interactive connection — small writes
+// with pauses between them, as a shell's `while …; sleep 1; done | nc`
+// makes — reaches the destination whole, each line when it is sent, and
+// the tunnel stays open between them (seen on kind: a line a second,
+// through istio-cni's redirection, stopped after the first).
+func TestTunnelCarriesPacedWrites(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	lines := make(chan string, 16)
+	dstLn := listen(t, "127.0.0.1:0")
+	go func() {
+		c, err := dstLn.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				lines <- "end: " + err.Error()
+				return
+			}
+			lines <- l
+		}
+	}()
+	app, down := tcpPair(t)
+	go func() { _ = e.dialer.Proxy(context.Background(), e.target(addrPortOf(dstLn.Addr())), down) }()
+	for i := range 4 {
+		want := fmt.Sprintf("ping %d\n", i)
+		if _, err := app.Write([]byte(want)); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		select {
+		case got := <-lines:
+			if got != want {
+				t.Fatalf("destination got %q, want %q", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("line %d never reached the destination", i)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	_ = app.Close()
 }
