@@ -53,6 +53,9 @@ func (e Listed) Env() string {
 // List returns every kind cluster on this machine with meshctl's record of
 // it, sorted by environment and name.
 func (p *Provider) List(ctx context.Context) ([]Listed, error) {
+	if freshReads(ctx) {
+		p.snap.forget()
+	}
 	recs, err := p.existingRecords("")
 	if err != nil {
 		return nil, err

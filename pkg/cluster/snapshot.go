@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -39,6 +40,20 @@ type snapshot struct {
 	kubecfg map[kubecfgKey]string
 	records map[string]model.Record
 }
+
+type freshKey struct{}
+
+// WithFreshReads marks ctx so that List reads Docker and the records again
+// even within a run that remembers: the run's lock keeps only its own
+// environment still, and a reader of other environments' state that
+// another meshctl may be changing at that moment (the gateway step's pool
+// claims, which read every record again to see a claim made at the same
+// time) must not be answered from memory.
+func WithFreshReads(ctx context.Context) context.Context {
+	return context.WithValue(ctx, freshKey{}, true)
+}
+
+func freshReads(ctx context.Context) bool { return ctx.Value(freshKey{}) != nil }
 
 type kubecfgKey struct {
 	name     string

@@ -271,3 +271,31 @@ func must(b []byte, ok bool) []byte {
 	}
 	return b
 }
+
+// TestSnapshotListReadsAgain: List with WithFreshReads (the gateway's pool
+// claims, reading other environments) asks Docker again each time even
+// while a run holds its lock — another environment's clusters and records
+// change under it; without it, the second List is answered from memory.
+func TestSnapshotListReadsAgain(t *testing.T) {
+	t.Parallel()
+	e, ck := newCountingEnv(t)
+	ctx, unlock, err := e.p.LockEnv(context.Background(), "default", "up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	for n := 1; n <= 2; n++ {
+		if _, err := e.p.List(WithFreshReads(ctx)); err != nil {
+			t.Fatal(err)
+		}
+		if got := ck.reads(); got["list"] != 1 || got["nodes"] != 2 {
+			t.Errorf("fresh List %d: %d list and %d nodes reads, want 1 and 2 (all: %v)", n, got["list"], got["nodes"], got)
+		}
+	}
+	if _, err := e.p.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ck.reads(); got["list"] != 0 || got["nodes"] != 0 {
+		t.Errorf("List within the run: %v reads, want none (remembered)", got)
+	}
+}

@@ -36,7 +36,7 @@ const maxClaimAttempts = 8
 // it stays with the cluster, for reruns, until the cluster is deleted.
 func (i *Installer) claimPools(ctx context.Context, env string, plans []model.ClusterPlan, subnets []netip.Prefix) ([][]netip.Prefix, error) {
 	for attempt := 1; ; attempt++ {
-		all, err := i.source.List(ctx)
+		all, err := i.source.List(cluster.WithFreshReads(ctx))
 		if err != nil {
 			return nil, fmt.Errorf("reading which load-balancer pools other environments hold: %w", err)
 		}
@@ -182,7 +182,7 @@ func (i *Installer) record(ctx context.Context, plans []model.ClusterPlan, chang
 // clash reads every record again and names a cluster of another
 // environment whose recorded pools overlap those just claimed, or "".
 func (i *Installer) clash(ctx context.Context, env string, pools [][]netip.Prefix, changed []int) (string, error) {
-	all, err := i.source.List(ctx)
+	all, err := i.source.List(cluster.WithFreshReads(ctx))
 	if err != nil {
 		return "", fmt.Errorf("reading which load-balancer pools other environments hold: %w", err)
 	}
