@@ -136,15 +136,6 @@ func (e *Listed) read(ctx context.Context, p *Provider, local map[string]records
 			e.Incomplete, e.State = &r, StateIncomplete
 		}
 	case err != nil:
-		if l, ok := local[e.KindName]; ok && l.InProgress {
-			// An up killed as kind made the node can leave a container
-			// Docker lists but cannot inspect for a while (seen in e2e:
-			// "docker inspect … failed"): this machine's own in-progress
-			// record still says which environment was creating it.
-			r := l.Record
-			e.Incomplete, e.State = &r, StateIncomplete
-			break
-		}
 		e.Error = err.Error()
 	default:
 		e.Record = rec

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/version"
 )
@@ -267,37 +266,5 @@ func TestKilledCreationIsOnlyItsOwnEnvironments(t *testing.T) {
 	}
 	if res, err := e.p.Down(context.Background(), "y"); err != nil || len(res.Deleted) != 0 {
 		t.Errorf("down y deleted %v (%v)", res.Deleted, err)
-	}
-}
-
-// A killed creation whose node Docker lists but cannot be read yet (the
-// record read fails, not "no record"): this machine's in-progress record
-// still names its environment, so down deletes it and status says
-// incomplete rather than unreadable.
-func TestDownDeletesAKilledCreationWhoseNodeCannotBeRead(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	plan := mustPlan(t, model.Request{Env: "x", Clusters: 1})
-	killedCreation(t, e, plan, 0)
-	c, _ := e.kind.cluster("x-cluster1")
-	c.nodes[0].mu.Lock()
-	c.nodes[0].broken = true
-	c.nodes[0].mu.Unlock()
-	if _, err := e.p.readRecord("x-cluster1"); err == nil || errors.Is(err, records.ErrNone) {
-		t.Fatalf("the broken node's record read gave %v, want a failure", err)
-	}
-	st, err := e.p.Status(context.Background(), "x", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := clusterByName(t, st, "cluster1"); got.State != StateIncomplete {
-		t.Errorf("status: cluster1 state %q, want %q", got.State, StateIncomplete)
-	}
-	res, err := e.p.Down(context.Background(), "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Deleted) != 1 || res.Deleted[0] != "x-cluster1" {
-		t.Errorf("deleted %v, want x-cluster1", res.Deleted)
 	}
 }
