@@ -156,6 +156,15 @@ var _ = Describe("a killed up", Ordered, func() {
 		}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).ShouldNot(BeEmpty())
 		Expect(cmd.Process.Signal(syscall.SIGKILL)).To(Succeed())
 		_ = cmd.Wait()
+		// kind runs `docker run` as a child process, which outlives the
+		// killed meshctl: until it ends, Docker lists a node it cannot
+		// inspect (seen: "docker inspect … failed", and a delete that
+		// found nothing to delete). A user's next command comes after
+		// that; so does the test's.
+		Eventually(func() error {
+			_, err := docker("inspect", "--format", "{{.State.Status}}", killed+"-cluster1-control-plane")
+			return err
+		}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 	}
 
 	It("is told apart from a foreign cluster and recreated by the next up, without --recreate", func() {
