@@ -4,8 +4,11 @@ package kindprovider
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/meshctl/meshctl/pkg/cluster/internal/freezer"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	kindcluster "sigs.k8s.io/kind/pkg/cluster"
@@ -66,6 +69,75 @@ func (k Provider) Create(name string, cfg *v1alpha4.Cluster, kubeconfigPath stri
 		kindcluster.CreateWithDisplayUsage(false),
 		kindcluster.CreateWithDisplaySalutation(false),
 	)
+}
+
+// Delete deletes a cluster's nodes. When Docker cannot kill a node because
+// a cgroup inside it was left frozen (see package freezer), the node's
+// frozen cgroups are thawed and the delete is tried once more; the first
+// error stands when nothing was frozen.
+func (k Provider) Delete(name, kubeconfigPath string) error {
+	err := k.Provider.Delete(name, kubeconfigPath)
+	if err == nil {
+		return nil
+	}
+	ns, lerr := k.ListNodes(name)
+	if lerr != nil || len(ns) == 0 {
+		return err
+	}
+	var thawed []string
+	for _, n := range ns {
+		t, terr := thawNode(n.String())
+		if terr != nil {
+			k.logger.Warnf("node %s: %v", n, terr)
+		}
+		thawed = append(thawed, t...)
+	}
+	if len(thawed) == 0 {
+		return err
+	}
+	k.logger.Warnf("kind cluster %s: Docker could not kill its nodes (%v); thawed %d frozen cgroup(s) left by an interrupted runc, deleting again",
+		name, err, len(thawed))
+	if rerr := k.Provider.Delete(name, kubeconfigPath); rerr != nil {
+		return fmt.Errorf("%w (again after thawing %d frozen cgroup(s): %w)", err, len(thawed), rerr)
+	}
+	return nil
+}
+
+// thawNode thaws the frozen cgroups of a node container: those of its
+// first process, or — when Docker no longer has one — the places Docker's
+// cgroupfs and systemd drivers put a container's cgroup.
+func thawNode(node string) ([]string, error) {
+	lines, err := exec.OutputLines(exec.Command("docker", "inspect", "--format", "{{.State.Pid}} {{.Id}}", node))
+	if err != nil || len(lines) == 0 {
+		return nil, fmt.Errorf("inspecting it: %w", RunErr(err))
+	}
+	var pid int
+	var id string
+	if _, err := fmt.Sscan(lines[0], &pid, &id); err != nil {
+		return nil, fmt.Errorf("reading docker inspect's %q: %w", lines[0], err)
+	}
+	var dirs []string
+	if pid > 0 {
+		if dirs, err = freezer.Dirs(freezer.Root, pid); err != nil {
+			return nil, err
+		}
+	}
+	if len(dirs) == 0 {
+		for _, h := range []string{"freezer", ""} {
+			dirs = append(dirs,
+				filepath.Join(freezer.Root, h, "docker", id),
+				filepath.Join(freezer.Root, h, "system.slice", "docker-"+id+".scope"))
+		}
+	}
+	var out []string
+	for _, d := range dirs {
+		t, err := freezer.Thaw(d)
+		out = append(out, t...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 // ControlPlane is a kind cluster's first control-plane node.
