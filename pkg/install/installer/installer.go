@@ -536,6 +536,12 @@ func (i *Installer) unchanged(ctx context.Context, cfg *action.Configuration, ns
 	if last.Info.Status != release.StatusDeployed || last.Chart == nil || last.Chart.Metadata.Version != c.Metadata.Version {
 		return false, nil
 	}
+	// The same chart with the same values renders the same manifest unless
+	// its templates read the cluster: then nothing needs rendering, and
+	// the cluster's API discovery (most of a re-run's requests) is skipped.
+	if sameJSON(values, last.Config) && sameChart(c, last.Chart) && !readsCluster(c) {
+		return true, nil
+	}
 	dry := i.upgrade(cfg, ns)
 	dry.DryRun, dry.DryRunOption = true, "client"
 	dry.Atomic, dry.Wait = false, false
@@ -557,6 +563,32 @@ func (i *Installer) unchanged(ctx context.Context, cfg *action.Configuration, ns
 		return false, fmt.Errorf("rendering the deployed release: %w", err)
 	}
 	return rel.Manifest == prev.Manifest, nil
+}
+
+// sameChart reports whether the deployed release's chart is c: metadata,
+// templates, default values, schema and files, as the release stores them.
+// A chart with subcharts never is (a release does not store those).
+func sameChart(c, deployed *chart.Chart) bool {
+	if len(c.Dependencies()) > 0 || len(deployed.Dependencies()) > 0 {
+		return false
+	}
+	ja, errA := json.Marshal(c)
+	jb, errB := json.Marshal(deployed)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// clusterReads are what makes a template's output depend on the cluster
+// it is rendered for rather than on the chart and values alone.
+var clusterReads = regexp.MustCompile(`\.Capabilities\b|\blookup\b`)
+
+// readsCluster reports whether any template of c reads the cluster.
+func readsCluster(c *chart.Chart) bool {
+	for _, t := range c.Templates {
+		if clusterReads.Match(t.Data) {
+			return true
+		}
+	}
+	return false
 }
 
 // sameJSON compares values as stored: a release's values come back

@@ -2,6 +2,8 @@ package installer
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -15,6 +17,10 @@ import (
 	"helm.sh/helm/v3/pkg/storage"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	helmtime "helm.sh/helm/v3/pkg/time"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // memoryHelm is a Helm configuration on the SDK's in-memory release
@@ -79,5 +85,100 @@ func TestReleaseLeftPendingIsRecovered(t *testing.T) {
 	r := in.installChart(ctx, cfg, "istio-system", "demo", demoChart(), values)
 	if r.Error == "" || !strings.Contains(r.Error, "another install may be running") {
 		t.Fatalf("a fresh pending-install was not left alone: %+v", r)
+	}
+}
+
+// noDiscovery is a cluster whose API cannot be discovered: a Helm
+// configuration on it fails any render that asks for the cluster's
+// capabilities, and counts the asks.
+type noDiscovery struct{ asked int }
+
+func (n *noDiscovery) ToRESTConfig() (*rest.Config, error) {
+	n.asked++
+	return nil, errors.New("no cluster here")
+}
+
+func (n *noDiscovery) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
+	n.asked++
+	return nil, errors.New("no cluster here")
+}
+
+func (n *noDiscovery) ToRESTMapper() (meta.RESTMapper, error) {
+	n.asked++
+	return nil, errors.New("no cluster here")
+}
+
+func (n *noDiscovery) ToRawKubeConfigLoader() clientcmd.ClientConfig { return nil }
+
+// deployed stores revision 1 of the demo release of chart c with values,
+// deployed, as the Secrets driver would give it back (JSON round trip).
+func deployed(t *testing.T, cfg *action.Configuration, c *chart.Chart, values map[string]any) {
+	t.Helper()
+	rel := &release.Release{Name: "demo", Namespace: "istio-system", Version: 1, Chart: c, Config: values,
+		Info: &release.Info{Status: release.StatusDeployed}}
+	b, err := json.Marshal(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored release.Release
+	if err := json.Unmarshal(b, &stored); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Releases.Create(&stored); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUnchangedWithoutRendering: re-installing the chart and values a
+// release already has is "unchanged" without rendering anything, so a
+// no-op re-run does not discover the cluster's API; a chart whose
+// templates read the cluster, or new values, are still rendered and
+// compared.
+func TestUnchangedWithoutRendering(t *testing.T) {
+	t.Parallel()
+	in := New(WithWait(false), WithTimeout(time.Minute))
+	ctx := context.Background()
+	values := map[string]any{"v": "x", "n": 3}
+	lookupChart := demoChart()
+	lookupChart.Templates = append(lookupChart.Templates, &chart.File{Name: "templates/lookup.yaml",
+		Data: []byte(`{{- if lookup "v1" "Namespace" "" "kube-system" }}{{ end }}`)})
+
+	for _, tc := range []struct {
+		name       string
+		deployed   *chart.Chart
+		installing *chart.Chart
+		values     map[string]any
+		renders    bool
+	}{
+		{name: "same chart and values", deployed: demoChart(), installing: demoChart(), values: values},
+		{name: "new values", deployed: demoChart(), installing: demoChart(), values: map[string]any{"v": "y", "n": 3}, renders: true},
+		{name: "a template that reads the cluster", deployed: lookupChart, installing: lookupChart, values: values, renders: true},
+		{name: "a changed template", deployed: demoChart(), installing: func() *chart.Chart {
+			c := demoChart()
+			c.Templates[0].Data = append(c.Templates[0].Data, "  w: z\n"...)
+			return c
+		}(), values: values, renders: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := memoryHelm(t)
+			cluster := &noDiscovery{}
+			cfg.Capabilities, cfg.RESTClientGetter = nil, cluster
+			deployed(t, cfg, tc.deployed, values)
+			last, err := cfg.Releases.Last("demo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			same, err := in.unchanged(ctx, cfg, "istio-system", "demo", tc.installing, tc.values, last)
+			if !tc.renders {
+				if err != nil || !same || cluster.asked != 0 {
+					t.Fatalf("unchanged = %v, %v after %d asks of the cluster; want true, nil, none", same, err, cluster.asked)
+				}
+				return
+			}
+			// Rendering needs the cluster, which this one cannot give.
+			if err == nil || cluster.asked == 0 {
+				t.Fatalf("unchanged = %v, %v after %d asks of the cluster; want a render that failed on the cluster", same, err, cluster.asked)
+			}
+		})
 	}
 }
