@@ -120,6 +120,32 @@ func TestStatusReportsNotReadyMissingAndStaleRoutes(t *testing.T) {
 	}
 }
 
+// A caller that reads the status for its nodes alone (connect's route
+// plan, the image step) does not have the routes checked: no command runs
+// on the nodes for it, and stale routes do not make the cluster unready.
+func TestStatusWithoutRouteCheck(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	upEnv(t, e, model.Request{Clusters: 1})
+	c1, _ := e.kind.cluster("cluster1")
+	c1.nodes[0].staleRoutes = "10.10.0.0/24 via 172.18.0.9, cluster2-control-plane is at 172.18.0.3\n"
+
+	st, err := e.p.Status(WithoutRouteCheck(context.Background()), "default", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := clusterByName(t, st, "cluster1"); c.State != StateRunning || !c.Ready {
+		t.Errorf("without the route check: state %q problems %q, want running", c.State, c.Problems)
+	}
+	st, err = e.p.Status(context.Background(), "default", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := clusterByName(t, st, "cluster1"); c.State != StateRoutesStale {
+		t.Errorf("with it: state %q, want %q", c.State, StateRoutesStale)
+	}
+}
+
 // Docker unreachable: every command that lists clusters says what up says.
 func TestDockerUnreachableSaysHowToStartIt(t *testing.T) {
 	t.Parallel()

@@ -53,6 +53,19 @@ type RegistryStatus struct {
 	Running bool   `json:"running"`
 }
 
+type noRoutesKey struct{}
+
+// WithoutRouteCheck marks ctx so that Status does not check the routes to
+// peer clusters on every node (one command per node): for a caller that
+// reads Status for the clusters' nodes alone, such as the connect step's
+// route plan, which re-asserts every route anyway, and the image step's
+// node list. Such a status may say Ready with routes stale.
+func WithoutRouteCheck(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noRoutesKey{}, true)
+}
+
+func skipRouteCheck(ctx context.Context) bool { return ctx.Value(noRoutesKey{}) != nil }
+
 // Status reads the state of every cluster of env, concurrently: every
 // cluster meshctl planned for it appears, whether its containers run, its
 // API server answers, its nodes are Ready and its routes to the other
@@ -145,7 +158,7 @@ func (p *Provider) clusterStatus(ctx context.Context, e Listed) ClusterStatus {
 	default:
 		st.State = StateRunning
 	}
-	if st.State == StateRunning && !c.Existing {
+	if st.State == StateRunning && !c.Existing && !skipRouteCheck(ctx) {
 		if probs := p.routeProblems(ctx, c.KindName); len(probs) > 0 {
 			st.Ready, st.State = false, StateRoutesStale
 			st.Problems = append(probs, "routes to peer clusters are re-resolved every few seconds on each node; `meshctl up` (or `meshctl connect`) re-asserts them")

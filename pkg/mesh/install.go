@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshctl/meshctl/internal/parallel"
 	"github.com/meshctl/meshctl/internal/trace"
+	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
 	"github.com/meshctl/meshctl/pkg/install/image"
@@ -475,7 +476,7 @@ func (m *Config) loadImage(ctx context.Context, plan *model.Plan, img *image.Ima
 // is an error naming it (joined with the others'); the nodes of the rest are
 // returned with it.
 func (m *Config) kindNodes(ctx context.Context, env string, include func(model.ClusterPlan) bool) ([]image.Node, error) {
-	st, err := m.p.Status(ctx, env, "")
+	st, err := m.p.Status(cluster.WithoutRouteCheck(ctx), env, "")
 	if err != nil {
 		return nil, err
 	}

@@ -68,10 +68,7 @@ func (c *Connector) Connect(ctx context.Context, env string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := Apply(ctx, c.exec, plan); err != nil {
-		return nil, err
-	}
-	if err := InstallReconciler(ctx, c.exec, plan); err != nil {
+	if err := ApplyAndInstall(ctx, c.exec, plan); err != nil {
 		return nil, err
 	}
 	res := &Result{Env: env, Nodes: []NodeResult{}}
@@ -90,7 +87,8 @@ func (c *Connector) Connect(ctx context.Context, env string) (*Result, error) {
 func (c *Connector) plan(ctx context.Context, env string) ([]NodeRoutes, error) {
 	deadline := time.Now().Add(c.timeout)
 	for {
-		st, err := c.source.Status(ctx, env, "")
+		// The routes are re-asserted whatever a check would find.
+		st, err := c.source.Status(cluster.WithoutRouteCheck(ctx), env, "")
 		if err != nil {
 			return nil, err
 		}

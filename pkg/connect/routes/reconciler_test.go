@@ -238,3 +238,51 @@ esac
 		t.Errorf("script not rewritten: %v", err)
 	}
 }
+
+// TestConnectScriptAddsRoutesThenInstalls runs Connect's one script per
+// node with an `ip` and a `systemctl` that log their calls: the batch goes
+// to `ip -batch -` before the reconciler is installed, and a batch that
+// fails stops the script, naming it, with nothing installed.
+func TestConnectScriptAddsRoutesThenInstalls(t *testing.T) {
+	t.Parallel()
+	for _, ipFails := range []bool{false, true} {
+		dir := t.TempDir()
+		bin := filepath.Join(dir, "bin")
+		if err := os.Mkdir(bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		log := filepath.Join(dir, "log")
+		exit := "0"
+		if ipFails {
+			exit = "2"
+		}
+		for name, body := range map[string]string{
+			"ip":        "#!/bin/sh\necho \"ip $*\" >> " + log + "\ncat >> " + log + "\nexit " + exit + "\n",
+			"systemctl": "#!/bin/sh\necho \"systemctl $*\" >> " + log + "\n",
+		} {
+			if err := os.WriteFile(filepath.Join(bin, name), []byte(body), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f := nodeFiles{routes: filepath.Join(dir, "kind/meshctl/routes"), script: filepath.Join(dir, "kind/meshctl/routes.sh"), unit: filepath.Join(dir, "unit")}
+		rs := []Route{{Dst: netip.MustParsePrefix("10.20.0.0/24"), Via: netip.MustParseAddr("172.18.0.3"), ViaNode: "peer-control-plane"}}
+		cmd := exec.Command("sh", "-s")
+		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+		cmd.Stdin = strings.NewReader(string(connectScript(f, rs)))
+		out, err := cmd.CombinedOutput()
+		got, _ := os.ReadFile(log)
+		if ipFails {
+			if err == nil || !strings.Contains(string(out), "adding 1 routes failed") || strings.Contains(string(got), "systemctl") {
+				t.Errorf("failing batch: %v, %q; calls:\n%s", err, out, got)
+			}
+			if _, serr := os.Stat(f.routes); serr == nil {
+				t.Errorf("failing batch: the routes file was written")
+			}
+			continue
+		}
+		want := "ip -batch -\nroute replace 10.20.0.0/24 via 172.18.0.3\nsystemctl daemon-reload"
+		if err != nil || !strings.HasPrefix(string(got), want) || !strings.Contains(string(got), "systemctl restart "+ReconcilerUnitName) {
+			t.Errorf("script: %v, %q; calls:\n%s\nwant them to begin\n%s", err, out, got, want)
+		}
+	}
+}
