@@ -110,4 +110,3 @@ func ApplyAndInstall(ctx context.Context, x Executor, plan []NodeRoutes) error {
 		return nil
 	})
 }
-
