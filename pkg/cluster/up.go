@@ -163,7 +163,11 @@ func (p *Provider) Up(ctx context.Context, plan *model.Plan, opts ...UpOption) (
 		}
 	}
 	if len(create) > 0 {
-		status.Start(fmt.Sprintf("Creating %s in parallel", kindNames(create)))
+		title := "Creating " + kindNames(create)
+		if len(create) > 1 {
+			title += " in parallel"
+		}
+		status.Start(title)
 		if err := p.createAll(ctx, plan, create, o); err != nil {
 			status.End(false)
 			return nil, err
