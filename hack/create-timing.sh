@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Times the creation of one kind cluster alone against N in parallel
+# (`meshctl up`'s "Creating ..." step, nothing installed), interleaved so that
+# a shared machine's load falls on both alike, and prints each pair's ratio.
+#
+#   hack/create-timing.sh [-n ROUNDS] [-c CLUSTERS] [BINARY] -- UP_ARGS...
+#   hack/create-timing.sh -n 3 -c 3 -- --image meshctl/node:v1.34.4 --registry=false
+#
+# Environments ct1 and ctN are created and deleted each round; they must not
+# exist beforehand.
+set -euo pipefail
+
+rounds=3
+clusters=3
+bin=_output/bin/meshctl
+while (($#)); do
+	case $1 in
+	-n) rounds=$2; shift 2 ;;
+	-c) clusters=$2; shift 2 ;;
+	--) shift; break ;;
+	*) bin=$1; shift ;;
+	esac
+done
+up_args=("$@")
+
+# seconds of the creation step in `up`'s output ("done: Creating … (1m2.5s)")
+step_seconds() {
+	sed -n 's/.*done: Creating .*(\([0-9hms.]*\))$/\1/p' | head -1 |
+		awk '{ t = 0; s = $0
+			if (match(s, /[0-9.]+h/)) { t += substr(s, RSTART, RLENGTH - 1) * 3600 }
+			if (match(s, /[0-9.]+m[^s]/) || match(s, /[0-9.]+m$/)) { t += substr(s, RSTART, RLENGTH - 1) * 60 }
+			if (match(s, /[0-9.]+s/)) { t += substr(s, RSTART, RLENGTH - 1) }
+			printf "%.1f", t }'
+}
+
+create() {
+	local n=$1 out
+	out=$("$bin" up --env "ct$n" --clusters "$n" --install=false --remote-secrets=false --cacerts=false "${up_args[@]}" 2>&1) ||
+		{ echo "$out" >&2; "$bin" down --env "ct$n" >/dev/null 2>&1 || true; exit 1; }
+	"$bin" down --env "ct$n" >/dev/null 2>&1
+	step_seconds <<<"$out"
+}
+
+echo "$(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?') one cluster vs $clusters in parallel"
+for ((r = 1; r <= rounds; r++)); do
+	l1=$(cut -d' ' -f1 /proc/loadavg); one=$(create 1)
+	lN=$(cut -d' ' -f1 /proc/loadavg); many=$(create "$clusters")
+	awk -v r="$r" -v a="$one" -v b="$many" -v c="$clusters" -v l1="$l1" -v ln="$lN" \
+		'BEGIN { printf "round %d: 1 cluster %.1f s (load %s), %d clusters %.1f s (load %s): %.2fx\n", r, a, l1, c, b, ln, b / a }'
+done
