@@ -151,8 +151,8 @@ func (p *Provider) startNodes(ctx context.Context, stopped []string) error {
 }
 
 // waitReady waits until a cluster's API server answers with every node
-// Ready, up to wait.
-func (p *Provider) waitReady(ctx context.Context, c model.ClusterPlan, wait time.Duration) error {
+// Ready, up to wait, looking every poll.
+func (p *Provider) waitReady(ctx context.Context, c model.ClusterPlan, wait, poll time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
 		st := p.apiStatus(ctx, c)
@@ -170,7 +170,7 @@ func (p *Provider) waitReady(ctx context.Context, c model.ClusterPlan, wait time
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("cluster %q: waiting to be ready: %w", c.Name, context.Cause(ctx))
-		case <-time.After(p.poll):
+		case <-time.After(poll):
 		}
 	}
 }

@@ -352,7 +352,7 @@ func (p *Provider) heal(ctx context.Context, c model.ClusterPlan, wait time.Dura
 		if len(stopped) == 0 {
 			found = append(found, "was not ready: "+why)
 		}
-		if err := p.waitReady(ctx, c, wait); err != nil {
+		if err := p.waitReady(ctx, c, wait, p.poll); err != nil {
 			return found, err
 		}
 	}
@@ -387,7 +387,7 @@ func (p *Provider) createAll(ctx context.Context, plan *model.Plan, create []mod
 	done := make(chan error, 1)
 	go func() {
 		done <- parallel.ForEach(create, func(c model.ClusterPlan) error {
-			err := p.createOne(plan, c, o.wait)
+			err := p.createOne(ctx, plan, c, o.wait)
 			if errors.Is(err, errNotOurs) {
 				mu.Lock()
 				foreign[c.KindName] = true
@@ -423,7 +423,11 @@ func (p *Provider) createAll(ctx context.Context, plan *model.Plan, create []mod
 // not create.
 var errNotOurs = errors.New("not created by this run")
 
-func (p *Provider) createOne(plan *model.Plan, c model.ClusterPlan, wait time.Duration) error {
+// createPoll is how often a cluster being created is asked whether it is
+// Ready.
+const createPoll = 500 * time.Millisecond
+
+func (p *Provider) createOne(ctx context.Context, plan *model.Plan, c model.ClusterPlan, wait time.Duration) error {
 	kubeconfig := p.KubeconfigPath(plan.Env, c.Name, false)
 	if err := os.MkdirAll(p.clusterDir(plan.Env, c.Name), 0o700); err != nil {
 		return fmt.Errorf("cluster %q: %w", c.Name, err)
@@ -434,7 +438,12 @@ func (p *Provider) createOne(plan *model.Plan, c model.ClusterPlan, wait time.Du
 	if err := p.writeLocalRecord(rec, true); err != nil {
 		return err
 	}
-	if err := p.kind.Create(c.KindName, plan.KindConfig(c), kubeconfig, wait); err != nil {
+	// kind's own wait runs `kubectl get nodes` in the node again and again
+	// without pausing: clusters created side by side spend much of a
+	// small machine's CPU on those execs while the others' kubeadm init
+	// waits for it. meshctl waits below instead, from the host, through the
+	// API, every createPoll.
+	if err := p.kind.Create(c.KindName, plan.KindConfig(c), kubeconfig, 0); err != nil {
 		// kind checks the name before it makes anything: this error means
 		// the cluster is someone else's, and nothing of this run's.
 		if strings.Contains(err.Error(), "already exist for a cluster with the name") {
@@ -455,6 +464,16 @@ func (p *Provider) createOne(plan *model.Plan, c model.ClusterPlan, wait time.Du
 		return err
 	}
 	p.logger.V(1).Infof("cluster %q created as kind cluster %s", c.Name, c.KindName)
+	if wait > 0 {
+		// As kind's wait did: a cluster not Ready in time is a warning, not
+		// a failed creation (the steps after it wait for what they need).
+		if err := p.waitReady(ctx, c, wait, min(p.poll, createPoll)); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			p.logger.Warnf("%v", err)
+		}
+	}
 	return nil
 }
 
