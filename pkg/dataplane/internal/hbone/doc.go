@@ -44,4 +44,7 @@
 // Known limit: a header list beyond 4× the header limit is not decoded at
 // all; the connection gets GOAWAY (the CONTINUATION-flood defence) and the
 // h2 error metric counts it, not the 431 reject metric.
+//
+// Programs outside meshctl (bench's interop tests) use it through
+// pkg/dataplane/hbone, which re-exports the part they need.
 package hbone

@@ -53,4 +53,7 @@
 // Entry points: Run(ctx, opts...) for the node proxy, RunGateway for the
 // east-west gateway. In a cluster, certificates come from
 // WithFetcher(csr.NewClient(clientset)).
+//
+// Programs outside meshctl (bench's interop tests) use it through
+// pkg/dataplane/proxy, which re-exports the part they need.
 package proxy
