@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 N=${N:-5}
 BENCHTIME=${BENCHTIME:-}
-BENCH=${BENCH:-.}        # which benchmarks of pkg/dataplane/hbone
+BENCH=${BENCH:-.}        # which benchmarks of pkg/dataplane/internal/hbone
 PEER_BENCH=${PEER_BENCH:-Peer} # which benchmarks of bench/
 PEER=${PEER:-1}
 # the figures README quotes; ns/op and B/op stay in the raw output
@@ -33,7 +33,7 @@ GO=${GO:-go}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 echo "bench.sh: building the test binaries; raw output in $OUT" >&2
-"$GO" test -c -o "$OUT/hbone.test" ./pkg/dataplane/hbone
+"$GO" test -c -o "$OUT/hbone.test" ./pkg/dataplane/internal/hbone
 if [[ $PEER == 1 ]]; then
   "$GO" -C bench test -c -o "$OUT/peer.test" .
 fi
@@ -58,13 +58,13 @@ start_date=$(date -u +%FT%TZ)
 start_load=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((i = 1; i <= N; i++)); do
   if [[ $PEER == 0 ]]; then
-    run_pkg hbone pkg/dataplane/hbone "$BENCH" "$i"
+    run_pkg hbone pkg/dataplane/internal/hbone "$BENCH" "$i"
   elif ((i % 2)); then
-    run_pkg hbone pkg/dataplane/hbone "$BENCH" "$i"
+    run_pkg hbone pkg/dataplane/internal/hbone "$BENCH" "$i"
     run_pkg peer bench "$PEER_BENCH" "$i"
   else
     run_pkg peer bench "$PEER_BENCH" "$i"
-    run_pkg hbone pkg/dataplane/hbone "$BENCH" "$i"
+    run_pkg hbone pkg/dataplane/internal/hbone "$BENCH" "$i"
   fi
 done
 end_load=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -66,7 +66,7 @@ type Mesh struct {
 func WithMeshed(on bool) Option { return func(c *Checker) { c.meshed = on } }
 
 // connRecord is one entry of a node proxy's /debug/connections (package
-// dataplane/proxy's connRecord).
+// dataplane/internal/proxy's connRecord).
 type connRecord struct {
 	Direction string         `json:"direction"`
 	HBONE     bool           `json:"hbone"`

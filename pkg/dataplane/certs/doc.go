@@ -1,11 +1,11 @@
-// Package certs keeps the workload certificates of one node proxy: a key and
-// CSR per identity, a Fetcher that turns the CSR into a chain (Kubernetes CSRs
-// signed by meshctl's signer by default, istiod's CA as ztunnel uses it with
-// the istioca subpackage, a local CA in tests), refresh at half the lifetime, and
-// backoff from 500 ms doubling to 150 s on failure while the old certificate
-// is served for as long as it is valid — so a CA outage shorter than half a
-// certificate's life is invisible to traffic.
+// Package certs is the public face of meshctl's workload certificate
+// manager, for programs outside meshctl: bench's interop tests, a module of
+// their own, run it against Istio's CA server (through certs/istioca) and
+// can only import public packages. A Manager keeps a key and certificate
+// per identity, obtained through a fetcher and refreshed at half their
+// life.
 //
-// Time comes from a k8s.io/utils clock so refresh and backoff are tested with
-// a fake clock instead of sleeps.
+// The implementation is pkg/dataplane/internal/certs, which meshctl's own
+// packages import directly; this package re-exports only what such a
+// program uses.
 package certs

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/certs"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/rawgrpc"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )

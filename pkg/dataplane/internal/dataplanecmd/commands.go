@@ -15,15 +15,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/certs/istioca"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/csr"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/installcni"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/nodeagent"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/proxy"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/signer"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/zds"
-	"github.com/meshctl/meshctl/pkg/dataplane/proxy"
 	"github.com/meshctl/meshctl/pkg/kubeclient"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )

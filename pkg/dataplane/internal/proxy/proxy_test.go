@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/certs"
-	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/certs"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/hbone"
 	"github.com/meshctl/meshctl/pkg/meshca"
 )
 

@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/hbone/internal/h2tun"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/hbone/internal/h2tun"
 )
 
 // Server is the inbound side of HBONE (port 15008): it terminates mutual TLS,

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/hbone"
 )
 
 // Source preservation, as ztunnel's in-pod mode does it: an inbound

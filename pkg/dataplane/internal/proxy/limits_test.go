@@ -12,7 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/certs"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/certs"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/redirect"
 	"github.com/meshctl/meshctl/pkg/meshca"

@@ -18,8 +18,8 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/hbone/internal/h2tun"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/hbone/internal/h2tun"
 )
 
 // Target describes one tunnel to open.

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/hbone/internal/h2tun"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/hbone/internal/h2tun"
 )
 
 const (

@@ -13,8 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/certs"
-	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/certs"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/model"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/netnstest"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/podnet"

@@ -14,10 +14,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meshctl/meshctl/pkg/dataplane/certs"
-	"github.com/meshctl/meshctl/pkg/dataplane/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/ambient"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/certs"
+	"github.com/meshctl/meshctl/pkg/dataplane/internal/hbone"
 	"github.com/meshctl/meshctl/pkg/dataplane/internal/podnet"
 )
 
