@@ -158,8 +158,9 @@ func TestIntegrationCreateAndReuse(t *testing.T) {
 		t.Fatalf("description: %+v", d)
 	}
 	routes := strings.Join(p.execs, "\n")
-	for _, want := range []string{"mt-cluster1-control-plane ip -batch -: route replace 10.20.0.0/24 via 172.18.0.3", "10.255.20.0/24 via 172.18.0.3",
-		"mt-cluster2-control-plane ip -batch -: route replace 10.10.0.0/24 via 172.18.0.2"} {
+	// One script per node: its routes as one `ip -batch`, then the reconciler.
+	for _, want := range []string{"mt-cluster1-control-plane sh -s: ip -batch - <<'MESHCTL_EOF' || { echo \"adding 2 routes failed\" >&2; exit 3; }\nroute replace 10.20.0.0/24 via 172.18.0.3\nroute replace 10.255.20.0/24 via 172.18.0.3\n",
+		"mt-cluster2-control-plane sh -s: ip -batch - <<'MESHCTL_EOF' || { echo \"adding 2 routes failed\" >&2; exit 3; }\nroute replace 10.10.0.0/24 via 172.18.0.2\n"} {
 		if !strings.Contains(routes, want) {
 			t.Errorf("routes:\n%s\nlack %q", routes, want)
 		}
