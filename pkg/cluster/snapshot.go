@@ -25,8 +25,8 @@ import (
 // seen exactly as without it. Within the run the lock keeps other meshctl
 // processes from changing the environment — its own, not the others:
 // a reader of other environments asks again (List with WithFreshReads).
-// What this process changes forgets what it changed: creating or deleting a cluster or starting its
-// node containers (a container that starts may get another address)
+// What this process changes forgets what it changed: creating or deleting
+// a cluster or starting its node containers (a container that starts may get another address)
 // forgets everything, writing a record replaces the remembered one. Only
 // successful reads are remembered, so a wait that polls (heal's waitReady)
 // still polls. What is never remembered is what must be looked at each

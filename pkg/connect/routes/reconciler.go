@@ -100,8 +100,9 @@ func connectScript(f nodeFiles, rs []Route) []byte {
 	return []byte(b.String())
 }
 
-// ApplyAndInstall is Apply and InstallReconciler in one command per node,
-// all nodes at once.
+// ApplyAndInstall gives every node of a plan its routes (Apply's batch)
+// and, by peer node name, the reconciler that keeps them when addresses
+// change: one command per node, all nodes at once.
 func ApplyAndInstall(ctx context.Context, x Executor, plan []NodeRoutes) error {
 	return parallel.ForEach(plan, func(nr NodeRoutes) error {
 		if err := x.Exec(ctx, nr.Cluster, nr.Node, connectScript(kindNode, nr.Routes), "sh", "-s"); err != nil {

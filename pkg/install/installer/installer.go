@@ -572,9 +572,7 @@ func sameChart(c, deployed *chart.Chart) bool {
 	if len(c.Dependencies()) > 0 || len(deployed.Dependencies()) > 0 {
 		return false
 	}
-	ja, errA := json.Marshal(c)
-	jb, errB := json.Marshal(deployed)
-	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+	return sameEncoding(c, deployed)
 }
 
 // clusterReads are what makes a template's output depend on the cluster
@@ -594,11 +592,17 @@ func readsCluster(c *chart.Chart) bool {
 // sameJSON compares values as stored: a release's values come back
 // JSON-decoded (every number a float64), values built in memory do not.
 func sameJSON(a, b map[string]any) bool {
-	ja, errA := json.Marshal(a)
-	jb, errB := json.Marshal(b)
 	if len(a) == 0 && len(b) == 0 {
 		return true
 	}
+	return sameEncoding(a, b)
+}
+
+// sameEncoding reports whether a and b encode to the same JSON, the form
+// Helm stores a release's chart and values in.
+func sameEncoding(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
 	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
 
