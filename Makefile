@@ -27,6 +27,14 @@ UP_DEPS := e2e-env
 UP_IMAGES := --image $(NODE_IMAGE) --registry-image $(REGISTRY_IMAGE)
 endif
 E2E_PKG := ./test/e2e
+# The e2e suite runs its Ordered containers E2E_PROCS at a time (the ginkgo CLI,
+# built from go.mod's ginkgo, is what runs a Ginkgo suite in parallel); each
+# container has its own environment. E2E_PROCS=1 runs them one after another.
+# E2E_ARGS adds ginkgo flags, e.g. E2E_ARGS='--focus=IPv6 --json-report=r.json'.
+E2E_PROCS ?= 2
+E2E_ARGS ?=
+GINKGO := _output/tools/ginkgo
+E2E_RUN = $(GINKGO) -v --procs=$(E2E_PROCS) --timeout=80m --poll-progress-after=10m $(E2E_ARGS) $(E2E_PKG)
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/e2e)
 
 .PHONY: all build test unit integration e2e e2e-env e2e-smoke bench bench-table noop-timing lint up down clean
@@ -41,8 +49,8 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/meshctl ./cmd/meshctl
 	CGO_ENABLED=0 $(GO) build -trimpath -tags grpcnotrace -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/meshctl-dataplane ./cmd/meshctl-dataplane
 
-test: lint integration
-	$(GO) test -count=1 -timeout 60m -v $(E2E_PKG)
+test: lint integration $(GINKGO)
+	$(E2E_RUN)
 
 unit:
 	$(GO) test -short -count=1 $(UNIT_PKGS)
@@ -52,8 +60,8 @@ integration:
 	$(GO) test -count=1 -timeout 20m $(UNIT_PKGS)
 	cd hack/tools && $(GO) test -count=1 ./...
 
-e2e: e2e-env
-	MESHCTL_E2E_REQUIRE=1 $(GO) test -count=1 -timeout 60m -v $(E2E_PKG)
+e2e: e2e-env $(GINKGO)
+	MESHCTL_E2E_REQUIRE=1 $(E2E_RUN)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
@@ -90,6 +98,9 @@ lint: $(STATICCHECK)
 	shellcheck $(SHELL_SCRIPTS)
 
 # Rebuilt when the pin changes.
+$(GINKGO): go.mod go.sum
+	$(GO) build -o $@ github.com/onsi/ginkgo/v2/ginkgo
+
 $(STATICCHECK): hack/tools/go.mod hack/tools/go.sum
 	cd hack/tools && $(GO) build -o $(CURDIR)/$@ honnef.co/go/tools/cmd/staticcheck
 

@@ -430,6 +430,14 @@ func (p *Provider) removeIdleNetwork(ctx context.Context, name string) (bool, er
 	if ps == nil {
 		return false, nil // gone already
 	}
+	release, ok, err := claimNetwork(p.locksDir())
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		return false, nil // another environment's up is creating on it
+	}
+	defer release()
 	out, err := p.docker.Run(ctx, "network", "inspect", name, "--format", "{{len .Containers}}")
 	if err != nil {
 		return false, fmt.Errorf("inspecting docker network %q: %w", name, err)

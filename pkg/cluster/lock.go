@@ -112,7 +112,7 @@ func (p *Provider) lockEnv(ctx context.Context, env, verb string, withDocker boo
 		return ctx, nil, fmt.Errorf("environment name %q: %s", env, strings.Join(msgs, "; "))
 	}
 	me := p.self(env, verb)
-	unflock, err := flockEnv(filepath.Join(p.artifacts, ".locks"), me)
+	unflock, err := flockEnv(p.locksDir(), me)
 	if err != nil {
 		return ctx, nil, err
 	}
@@ -129,6 +129,10 @@ func (p *Provider) lockEnv(ctx context.Context, env, verb string, withDocker boo
 	unsnap := p.snap.hold()
 	return context.WithValue(ctx, lockKey{env}, true), func() { unsnap(); undocker(); unflock() }, nil
 }
+
+// locksDir holds the host's lock files: environments' and the kind network
+// guard.
+func (p *Provider) locksDir() string { return filepath.Join(p.artifacts, ".locks") }
 
 // self describes this process as a lock holder.
 func (p *Provider) self(env, verb string) LockHolder {

@@ -323,3 +323,37 @@ func TestUpRollsBackOnlyWhatItCreated(t *testing.T) {
 		t.Error("another process's cluster2 was deleted")
 	}
 }
+
+// The last cluster's down leaves the kind network to an up that is creating
+// containers on it (the guard held shared), and removes it once that up is
+// done: removing it under the up would fail the up's `docker run --net kind`.
+func TestDownLeavesTheKindNetworkToACreatingUp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.p.Up(ctx, mustPlan(t, model.Request{Clusters: 1, Env: "dev"})); err != nil {
+		t.Fatal(err)
+	}
+	e.docker.network = `[{"Subnet":"172.18.0.0/16"}]`
+	// Another process's up, between kind making the network and its
+	// containers: a second open file description conflicts like a process.
+	release, err := holdNetwork(e.p.locksDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.p.Down(ctx, "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Deleted) != 1 || res.Network != "" || e.docker.network == "" {
+		t.Fatalf("down under a creating up: %+v, network %q", res, e.docker.network)
+	}
+	release()
+	res, err = e.p.Down(ctx, "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Network != "kind" || e.docker.network != "" {
+		t.Errorf("down after the up: %+v, network %q", res, e.docker.network)
+	}
+}

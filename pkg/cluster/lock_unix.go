@@ -59,3 +59,55 @@ func readHolder(path string, me LockHolder) LockHolder {
 	}
 	return LockHolder{Env: me.Env, Verb: "(unknown verb)", Host: me.Host}
 }
+
+// The kind network guard: kind makes the shared docker network "kind" before
+// it makes a cluster's containers, and down removes that network once no
+// kind cluster is left. Between the two the network has no container, so a
+// down of the last cluster of one environment could remove the network that
+// another environment's up has just made, and that up's `docker run --net
+// kind` would fail. Creators hold a shared flock on one file while kind
+// creates containers; down removes the network only if it gets the lock
+// exclusively at once, and otherwise leaves the network to the creator.
+const networkGuard = "kind-network.lock"
+
+// holdNetwork takes the guard shared, waiting for a down that is removing
+// the network (a moment) to finish.
+func holdNetwork(dir string) (func(), error) {
+	f, err := openGuard(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s shared: %w", f.Name(), err)
+	}
+	return func() { f.Close() }, nil // closing the file drops the flock
+}
+
+// claimNetwork takes the guard exclusively without waiting; ok is false
+// while some up is creating containers on the network.
+func claimNetwork(dir string) (release func(), ok bool, err error) {
+	f, err := openGuard(dir)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("locking %s: %w", f.Name(), err)
+	}
+	return func() { f.Close() }, true, nil
+}
+
+func openGuard(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("kind network guard: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, networkGuard), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("kind network guard: %w", err)
+	}
+	return f, nil
+}

@@ -384,6 +384,12 @@ func (p *Provider) createAll(ctx context.Context, plan *model.Plan, create []mod
 		}
 		return out
 	}
+	// Held until every container is made (see networkGuard).
+	unguard, gerr := holdNetwork(p.locksDir())
+	if gerr != nil {
+		return fmt.Errorf("creating clusters: %w", gerr)
+	}
+	defer unguard()
 	done := make(chan error, 1)
 	go func() {
 		done <- parallel.ForEach(create, func(c model.ClusterPlan) error {

@@ -60,7 +60,7 @@ type ztunnelDump struct {
 // the certificates (chaining to meshctl's root through cacerts) and sending
 // workloads and policies over XDS. Needs the offline images of
 // `MESHCTL_ISTIO=1 make e2e-env` (hack/e2e/istio-build).
-var _ = Describe("Istio ambient with meshctl's proxy as ztunnel (up --istio --istio-ambient)", Ordered, func() {
+var _ = Describe("Istio ambient with meshctl's proxy as ztunnel (up --istio --istio-ambient)", Ordered, slow, func() {
 	aenv := env + "-ambient"
 	pilot := istio.DefaultHub + "/pilot:" + istio.DefaultTag()
 	installCNI := istio.DefaultHub + "/install-cni:" + istio.DefaultTag()

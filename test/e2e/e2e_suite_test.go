@@ -24,15 +24,6 @@ func TestE2E(t *testing.T) {
 	suite.image = envOr("MESHCTL_E2E_IMAGE", "meshctl/node:v1.34.4")
 	suite.registryImage = envOr("MESHCTL_E2E_REGISTRY_IMAGE", "meshctl/registry:v3.0.0")
 	suite.testImage = envOr("MESHCTL_E2E_TEST_IMAGE", "meshctl/busybox:latest")
-	if reason := prerequisites(); reason != "" {
-		// Said on stderr too: go test hides skip messages without -v, and
-		// a tier that cannot run must never look as if it passed.
-		fmt.Fprintf(os.Stderr, "e2e tier SKIPPED: %s\n", reason)
-		if os.Getenv("MESHCTL_E2E_REQUIRE") != "" {
-			t.Fatalf("e2e tier required (MESHCTL_E2E_REQUIRE) but cannot run: %s", reason)
-		}
-		t.Skip(reason)
-	}
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "meshctl e2e")
 }
@@ -61,8 +52,8 @@ var (
 // DeferCleanup, so that a failed spec anywhere in the suite saves that
 // environment's pods, logs, events and status under
 // <artifacts>/<env>/failures/<spec>/ before the spec's cleanup deletes
-// anything. Specs run one at a time (Ordered containers, one process): one
-// variable is enough.
+// anything. Each process runs one Ordered container at a time: one
+// variable per process is enough.
 var current *meshtest.Env
 
 var _ = meshtest.ReportFailures(&current)
@@ -98,6 +89,11 @@ func setCurrent(e *meshtest.Env) {
 	DeferCleanup(func() { current = nil })
 }
 
+// slow marks the containers that take longest (two minutes and more): run
+// in parallel, they start first, so that no process is left with a long
+// container when the others have finished ("boulders first, then sand").
+var slow = SpecPriority(1)
+
 // keep says whether to leave the clusters for debugging (MESHCTL_E2E_KEEP).
 func keep() bool { return os.Getenv("MESHCTL_E2E_KEEP") != "" }
 
@@ -121,11 +117,24 @@ func prerequisites() string {
 	return ""
 }
 
-var _ = BeforeSuite(func() {
+// The suite runs in one process (go test) or several (make e2e: the ginkgo
+// CLI with -p), each running one Ordered container at a time. The first
+// process checks the machine and builds the binaries; every process shares
+// them and one artifacts directory, which is also where meshctl keeps its
+// host's locks (an environment's, the kind network's guard): the processes
+// are meshctl runs side by side, as two developers' would be.
+var _ = SynchronizedBeforeSuite(func() []byte {
+	if reason := prerequisites(); reason != "" {
+		// Said on stderr too: a skip is easy to miss, and a tier that
+		// cannot run must never look as if it passed.
+		fmt.Fprintf(os.Stderr, "e2e tier SKIPPED: %s\n", reason)
+		if os.Getenv("MESHCTL_E2E_REQUIRE") != "" {
+			Fail("e2e tier required (MESHCTL_E2E_REQUIRE) but cannot run: " + reason)
+		}
+		Skip(reason)
+	}
 	dir, err := os.MkdirTemp("", "meshctl-e2e-")
 	Expect(err).NotTo(HaveOccurred())
-	suite.artifacts = envOr("MESHCTL_E2E_ARTIFACTS", filepath.Join(dir, "artifacts"))
-	suite.meshctl = filepath.Join(dir, "meshctl")
 	// Both, side by side, as `make build` builds them: `meshctl up` builds
 	// the dataplane image from the meshctl-dataplane beside it, and the
 	// install specs give meshtest that binary too, so the CLI's rerun
@@ -137,6 +146,10 @@ var _ = BeforeSuite(func() {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "building meshctl and meshctl-dataplane: %s", out)
+	return []byte(dir)
+}, func(dir []byte) {
+	suite.meshctl = filepath.Join(string(dir), "meshctl")
+	suite.artifacts = envOr("MESHCTL_E2E_ARTIFACTS", filepath.Join(string(dir), "artifacts"))
 })
 
 // meshctl runs the binary under test and returns its standard output; a

@@ -84,7 +84,7 @@ func families(addrs []string) []string {
 // IPv6 only, on two networks: MetalLB gives each cluster's east-west gateway
 // an IPv6 address from the kind network's IPv6 range (L2 mode answers
 // neighbor solicitation as it answers ARP), reached from the other network.
-var _ = Describe("IPv6-only clusters on two networks", Ordered, func() {
+var _ = Describe("IPv6-only clusters on two networks", Ordered, slow, func() {
 	v6Env := env + "-ipv6mn"
 	var res struct {
 		cluster.UpResult

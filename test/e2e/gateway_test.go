@@ -25,7 +25,7 @@ import (
 // claims MetalLB pools while the other does, and their gateways must still
 // get disjoint pools — two speakers answering ARP for one address would send
 // one environment's cross-network traffic to the other's gateway.
-var _ = Describe("east-west gateways between networks", Ordered, func() {
+var _ = Describe("east-west gateways between networks", Ordered, slow, func() {
 	envs := []string{env + "-mn", env + "-mn2"}
 	gwEnv := envs[0]
 	type upOutput struct {

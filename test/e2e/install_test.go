@@ -63,7 +63,7 @@ func primaryConflist(node string) string {
 	return out
 }
 
-var _ = Describe("the dataplane install", Ordered, func() {
+var _ = Describe("the dataplane install", Ordered, slow, func() {
 	instEnv := env + "-inst"
 	var mesh *meshtest.Env
 	var first installOutput

@@ -34,7 +34,7 @@ type istioOutput struct {
 // primaries on two networks and a remote of cluster1 on cluster1's network,
 // `up --istio` with the offline images of make e2e-env
 // (hack/e2e/istio-build).
-var _ = Describe("Istio's control plane (up --istio)", Ordered, func() {
+var _ = Describe("Istio's control plane (up --istio)", Ordered, slow, func() {
 	ienv := env + "-istio"
 	pilot := istio.DefaultHub + "/pilot:" + istio.DefaultTag()
 	var mesh *meshtest.Env

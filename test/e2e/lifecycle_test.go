@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -18,7 +21,7 @@ import (
 	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
-var _ = Describe("the cluster lifecycle", Ordered, func() {
+var _ = Describe("the cluster lifecycle", Ordered, slow, func() {
 	var upArgs []string
 	var res struct {
 		cluster.UpResult
@@ -204,10 +207,15 @@ var _ = Describe("the cluster lifecycle", Ordered, func() {
 		Expect(out).NotTo(ContainSubstring(env + "-cluster"))
 		out, _ = docker("ps", "-a", "--filter", "name=^"+registryName+"$", "--format", "{{.Names}}")
 		Expect(strings.TrimSpace(out)).To(BeEmpty())
+		// Other processes of the suite may be creating clusters: under the
+		// kind network's guard (as a down takes it), none is, and with no
+		// kind container left the network must be gone.
+		release := guardKindNetwork()
 		if strings.TrimSpace(func() string { o, _ := docker("ps", "-aq", "--filter", "label=io.x-k8s.kind.cluster"); return o }()) == "" {
 			out, _ = docker("network", "ls", "--filter", "name=^kind$", "--format", "{{.Name}}")
 			Expect(strings.TrimSpace(out)).To(BeEmpty(), "the kind network outlived the last cluster")
 		}
+		release()
 		for _, c := range res.Clusters {
 			Expect(c.Kubeconfig).NotTo(BeAnExistingFile())
 			Expect(c.InternalKubeconfig).NotTo(BeAnExistingFile())
@@ -234,4 +242,15 @@ func dockerStdin(stdin string, args ...string) (string, error) {
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// guardKindNetwork takes meshctl's kind network guard exclusively, as down
+// does before it removes the network: no up creates kind containers until
+// release. The file is meshctl's (pkg/cluster's networkGuard).
+func guardKindNetwork() (release func()) {
+	GinkgoHelper()
+	f, err := os.OpenFile(filepath.Join(suite.artifacts, ".locks", "kind-network.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(syscall.Flock(int(f.Fd()), syscall.LOCK_EX)).To(Succeed())
+	return func() { f.Close() }
 }

@@ -29,7 +29,9 @@ var _ = Describe("the meshtest framework", Ordered, func() {
 			meshtest.WithEnv(name), meshtest.WithClusters(2),
 			meshtest.WithImage(suite.image), meshtest.WithEchoImage(suite.testImage),
 			meshtest.WithArtifacts(suite.artifacts),
-			meshtest.WithRegistry(model.Registry{Enabled: true, Name: "meshctl-" + name + "-registry", Port: port, Image: suite.registryImage}),
+			// port+1: the lifecycle specs' registry has port, and may run
+			// beside these (make e2e runs containers in parallel).
+			meshtest.WithRegistry(model.Registry{Enabled: true, Name: "meshctl-" + name + "-registry", Port: port + 1, Image: suite.registryImage}),
 			meshtest.WithKeep(keep()),
 		)
 		setCurrent(mesh) // cleared before Setup's teardown runs
