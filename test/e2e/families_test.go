@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/netip"
+	"strconv"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -15,25 +16,48 @@ import (
 
 // IPv6 on real kind, dual stack and IPv6 only: every node gets a pod CIDR of
 // each of the cluster's families, and connect routes them all, so pods and
-// Services of one cluster are reached from the other in every family.
-var _ = DescribeTableSubtree("clusters beyond IPv4", func(ipFamily string, want []string) {
+// Services of one cluster are reached from another on its network in every
+// family. IPv6 only runs on two networks (clusters 1 and 3 on network1,
+// cluster2 on network2: --networks deals them round-robin), which adds
+// MetalLB in IPv6: each cluster's east-west gateway gets an IPv6 address
+// from the kind network's IPv6 range (L2 mode answers neighbor
+// solicitation as it answers ARP), reached from the other network. One
+// environment serves both, where two took a cluster more to create.
+var _ = DescribeTableSubtree("clusters beyond IPv4", func(ipFamily string, want []string, clusters, networks int) {
 	famEnv := env + "-" + ipFamily
+	var res struct {
+		cluster.UpResult
+		Gateways []gateway.ClusterResult `json:"gateways"`
+	}
 	var mesh *meshtest.Env
+	// peers are the pairs of clusters on one network, which connect routes
+	// to each other.
+	var peers [][2]string
 
 	BeforeAll(func(ctx SpecContext) {
+		if networks > 1 {
+			requireMetalLBImages()
+		}
 		DeferCleanup(func() {
 			if !keep() {
 				_, _, _ = meshctlResult("down", "--env", famEnv)
 			}
 		})
-		var res cluster.UpResult
-		meshctlJSON(&res, "up", "--env", famEnv, "--clusters", "2", "--ip-family", ipFamily, "--image", suite.image,
-			"--registry=false", "--install=false")
-		Expect(res.Clusters).To(HaveLen(2))
-		mesh = attach(ctx, famEnv, meshtest.WithClusters(2))
+		meshctlJSON(&res, "up", "--env", famEnv, "--clusters", strconv.Itoa(clusters), "--networks", strconv.Itoa(networks),
+			"--ip-family", ipFamily, "--image", suite.image, "--registry=false", "--install=false")
+		Expect(res.Clusters).To(HaveLen(clusters))
+		for i, a := range res.Clusters {
+			for _, b := range res.Clusters[i+1:] {
+				if a.Network == b.Network {
+					peers = append(peers, [2]string{a.Name, b.Name}, [2]string{b.Name, a.Name})
+				}
+			}
+		}
+		Expect(peers).NotTo(BeEmpty(), "no two clusters share a network: %+v", res.Clusters)
+		mesh = attach(ctx, famEnv, meshtest.WithClusters(clusters), meshtest.WithNetworks(networks))
 	})
 
-	It("gives every node a pod CIDR of each family and routes them all to the other cluster", func() {
+	It("gives every node a pod CIDR of each family and routes them all to the clusters on its network", func() {
 		var st cluster.StatusResult
 		meshctlJSON(&st, "status", "--env", famEnv)
 		for _, c := range st.Clusters {
@@ -41,17 +65,22 @@ var _ = DescribeTableSubtree("clusters beyond IPv4", func(ipFamily string, want 
 				Expect(families(n.PodCIDRs)).To(ConsistOf(want), "node %s pod CIDRs %v", n.Name, n.PodCIDRs)
 			}
 		}
+		onNetwork := map[string]int{} // cluster -> clusters on its network besides itself
+		for _, p := range peers {
+			onNetwork[p[0]]++
+		}
 		var conn routes.Result
 		meshctlJSON(&conn, "connect", "--env", famEnv)
 		for _, n := range conn.Nodes {
-			// The peer's pod CIDR and service CIDR, in each family.
-			Expect(n.Routes).To(HaveLen(2*len(want)), "node %s", n.Node)
+			// Each peer's pod CIDR and service CIDR, in each family; none
+			// to a cluster on another network.
+			Expect(n.Routes).To(HaveLen(2*len(want)*onNetwork[n.Cluster]), "node %s of %s", n.Node, n.Cluster)
 		}
 	})
 
-	It("reaches pods and Services of the other cluster in every family", func(ctx SpecContext) {
+	It("reaches pods and Services of the other cluster on its network in every family", func(ctx SpecContext) {
 		echo := mesh.DeployEcho(ctx, mesh.CreateNamespace(ctx, "fam-", nil), "echo")
-		for _, pair := range [][2]string{{"cluster1", "cluster2"}, {"cluster2", "cluster1"}} {
+		for _, pair := range peers {
 			from, to := echo.In(pair[0]), echo.In(pair[1])
 			Expect(families(to.PodIPs)).To(ConsistOf(want), "%s: pod IPs", to)
 			Expect(families(to.ServiceIPs)).To(ConsistOf(want), "%s: service IPs", to)
@@ -60,9 +89,35 @@ var _ = DescribeTableSubtree("clusters beyond IPv4", func(ipFamily string, want 
 			}
 		}
 	})
+
+	It("gives each gateway an address of each family from its own pool, answering from the other network", func(ctx SpecContext) {
+		if networks < 2 {
+			Skip("one network: no east-west gateways")
+		}
+		Expect(res.Gateways).To(HaveLen(clusters))
+		probes := mesh.DeployEcho(ctx, mesh.CreateNamespace(ctx, "gw-probe-", nil), "probe")
+		for _, gw := range res.Gateways {
+			Expect(families(gw.Pools)).To(ConsistOf(want), "%s pools", gw.Cluster)
+			Expect(families(gw.Addresses)).To(ConsistOf(want), "%s addresses", gw.Cluster)
+			fakeGateway(ctx, mesh.Cluster(gw.Cluster), gw.Network, "meshctl-gw-"+ipFamily+"-"+gw.Cluster)
+		}
+		for _, gw := range res.Gateways {
+			// From the first cluster of another network.
+			from := ""
+			for _, c := range res.Clusters {
+				if c.Network != gw.Network {
+					from = c.Name
+					break
+				}
+			}
+			Expect(from).NotTo(BeEmpty(), "no cluster off %s's network", gw.Cluster)
+			Eventually(probes.In(from)).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).
+				Should(meshtest.Reach(gatewayTarget(famEnv, gw, "meshctl-gw-"+ipFamily+"-"+gw.Cluster)))
+		}
+	})
 },
-	Entry("dual stack", Ordered, "dual", []string{"IPv4", "IPv6"}),
-	Entry("IPv6 only", Ordered, "ipv6", []string{"IPv6"}),
+	Entry("dual stack", Ordered, "dual", []string{"IPv4", "IPv6"}, 2, 1),
+	Entry("IPv6 only, on two networks", Ordered, slow, "ipv6", []string{"IPv6"}, 3, 2),
 )
 
 // families names the IP family of each address or prefix.
@@ -80,39 +135,3 @@ func families(addrs []string) []string {
 	}
 	return out
 }
-
-// IPv6 only, on two networks: MetalLB gives each cluster's east-west gateway
-// an IPv6 address from the kind network's IPv6 range (L2 mode answers
-// neighbor solicitation as it answers ARP), reached from the other network.
-var _ = Describe("IPv6-only clusters on two networks", Ordered, slow, func() {
-	v6Env := env + "-ipv6mn"
-	var res struct {
-		cluster.UpResult
-		Gateways []gateway.ClusterResult `json:"gateways"`
-	}
-	var mesh *meshtest.Env
-
-	BeforeAll(func(ctx SpecContext) {
-		requireMetalLBImages()
-		DeferCleanup(func() {
-			if !keep() {
-				_, _, _ = meshctlResult("down", "--env", v6Env)
-			}
-		})
-		meshctlJSON(&res, "up", "--env", v6Env, "--clusters", "2", "--networks", "2", "--ip-family", "ipv6",
-			"--image", suite.image, "--registry=false", "--install=false")
-		mesh = attach(ctx, v6Env, meshtest.WithClusters(2), meshtest.WithNetworks(2))
-	})
-
-	It("gives each gateway an IPv6 address from its own pool, answering from the other network", func(ctx SpecContext) {
-		Expect(res.Gateways).To(HaveLen(2))
-		probes := mesh.DeployEcho(ctx, mesh.CreateNamespace(ctx, "gw-probe-", nil), "probe")
-		for i, gw := range res.Gateways {
-			Expect(families(gw.Pools)).To(ConsistOf("IPv6"), "%s pools", gw.Cluster)
-			Expect(families(gw.Addresses)).To(ConsistOf("IPv6"), "%s addresses", gw.Cluster)
-			fakeGateway(ctx, mesh.Cluster(gw.Cluster), gw.Network, "meshctl-gw-v6-"+gw.Cluster)
-			Eventually(probes.In(res.Gateways[1-i].Cluster)).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).
-				Should(meshtest.Reach(gatewayTarget(v6Env, gw, "meshctl-gw-v6-"+gw.Cluster)))
-		}
-	})
-})

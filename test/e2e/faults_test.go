@@ -96,10 +96,15 @@ func faultSpecs(envName string, upArgs func() []string) {
 
 // takeAddress runs placeholder containers on the kind network until one of
 // them holds addr (Docker hands out the lowest free address), removed when
-// the spec ends.
+// the spec ends. A node of another environment (the suite's other
+// processes create clusters meanwhile) may take it first: that serves too.
 func takeAddress(envName, addr string) {
 	GinkgoHelper()
 	for i := range 64 {
+		if out, err := docker("network", "inspect", cluster.KindNetwork(), "--format", "{{range .Containers}}{{.IPv4Address}} {{end}}"); err == nil &&
+			strings.Contains(" "+out, " "+addr+"/") {
+			return
+		}
 		name := fmt.Sprintf("%s-placeholder-%d", envName, i)
 		out, err := docker("run", "-d", "--name", name, "--network", cluster.KindNetwork(), suite.testImage, "sleep", "3600")
 		Expect(err).NotTo(HaveOccurred(), out)
