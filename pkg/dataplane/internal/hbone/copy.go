@@ -27,11 +27,22 @@ const (
 
 var bigBufs = sync.Pool{New: func() any { b := make([]byte, bigBufSize); return &b }}
 
+// tlsReadBufSize is what batchConn reads from the socket under TLS at a
+// time: a peer's flush of framedSegments records (131 KiB) and more, when
+// that much is queued, in one syscall.
+const tlsReadBufSize = 256 << 10
+
+var tlsReadBufs = sync.Pool{New: func() any { b := make([]byte, tlsReadBufSize); return &b }}
+
 // framedSegments DATA frames' worth of payload is read at a time into a
 // framed buffer, laid out as h2tun.WriteFramed takes it: a socket read
 // (readv) leaves room for each frame's header, so the payload is written
-// to the tunnel from where it was read, with no copy.
-const framedSegments = 4
+// to the tunnel from where it was read, with no copy. Eight (128 KiB, a
+// loopback TCP buffer's worth) rather than four: on a busy tunnel each
+// syscall and wakeup of the hop then carries twice the data, along the
+// whole path (this read, the TLS write, the peer's read and its sink
+// write), which costs less CPU per byte where syscalls are dear (VMs).
+const framedSegments = 8
 
 var framedBufs = sync.Pool{New: func() any { b := make([]byte, framedSegments*h2tun.FramedStride); return &b }}
 
@@ -59,11 +70,16 @@ type sockReader struct {
 	// into iov, the payload segments of the framed layout.
 	framed bool
 	iov    [framedSegments][]byte
+	// tls: buffers come from tlsReadBufs (batchConn's reads).
+	tls bool
 }
 
 func (r *sockReader) pool() *sync.Pool {
-	if r.framed {
+	switch {
+	case r.framed:
 		return &framedBufs
+	case r.tls:
+		return &tlsReadBufs
 	}
 	return &bigBufs
 }
@@ -254,11 +270,11 @@ func reset(c net.Conn) {
 }
 
 // batchConn is the socket under an HBONE TLS connection. Between StartBatch
-// and EndBatch (one h2tun flush, up to 64 KiB of frames) it collects the TLS
-// records in a pooled buffer and writes them with one syscall, where TLS
-// alone would make one per 16 KiB record. Reads likewise take up to 64 KiB
-// per syscall (sockReader) where TLS asks for about one record at a time.
-// Outside a batch and while idle it holds no buffer.
+// and EndBatch (one h2tun flush, up to 128 KiB of frames) it collects the
+// TLS records in a pooled buffer and writes them with one syscall, where
+// TLS alone would make one per 16 KiB record. Reads likewise take up to
+// 256 KiB per syscall (sockReader) where TLS asks for about one record at a
+// time. Outside a batch and while idle it holds no buffer.
 type batchConn struct {
 	net.Conn
 	mu       sync.Mutex // TLS serialises its writes, but EndBatch runs outside them
@@ -285,6 +301,7 @@ func newBatchConn(c net.Conn) *batchConn {
 	if _, ok := c.(*net.TCPConn); ok {
 		if rc := rawConn(c); rc != nil {
 			b.r = newSockReader(rc)
+			b.r.tls = true
 		}
 	}
 	return b
@@ -308,13 +325,15 @@ func (b *batchConn) Read(p []byte) (int, error) {
 	n := copy(p, b.pending)
 	b.pending = b.pending[n:]
 	if len(b.pending) == 0 {
-		bigBufs.Put(b.rbuf)
+		tlsReadBufs.Put(b.rbuf)
 		b.rbuf, b.pending = nil, nil
 	}
 	return n, nil
 }
 
-var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 80<<10); return &b }}
+// batchBufs hold one flush's records: framedSegments full records with
+// their TLS overhead fit without growing.
+var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 132<<10); return &b }}
 
 func (b *batchConn) StartBatch() {
 	b.mu.Lock()

@@ -23,7 +23,7 @@
 // (h2tun's Stream.SetSink), so a small request or response crosses each
 // proxy without a goroutine handoff; full-size frames of a burst are held
 // and written to the socket together when the burst ends, one syscall per
-// up to 64 KiB instead of one per frame. The unexported withNoInline keeps
+// up to 128 KiB instead of one per frame. The unexported withNoInline keeps
 // the handoff path for the benchmark's A/B row.
 //
 // Where a tunnel's near side is a TCP socket, the copying goroutine reads

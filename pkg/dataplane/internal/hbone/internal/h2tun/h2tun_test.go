@@ -504,3 +504,123 @@ func TestWriteFramed(t *testing.T) {
 		})
 	}
 }
+
+// writeSizes records the size of each Write to a connection.
+type writeSizes struct {
+	net.Conn
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (w *writeSizes) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.sizes = append(w.sizes, len(p))
+	w.mu.Unlock()
+	return w.Conn.Write(p)
+}
+
+// TestWriteFramedWindowRuns: when the stream window covers only some of
+// WriteFramed's segments, the whole segments it covers still leave as one
+// write, framed in place; the segment the window splits goes through Write,
+// and the rest follows once the peer opens the window.
+func TestWriteFramedWindowRuns(t *testing.T) {
+	t.Parallel()
+	cs, ss := tcpPair(t)
+	wc := &writeSizes{Conn: cs}
+	cc, err := NewClient(wc, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	const window = 2*FramedPayload + 100
+	fr := http2.NewFramer(ss, ss)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if _, err := io.ReadFull(ss, make([]byte, len(http2.ClientPreface))); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: window}); err != nil {
+		t.Fatal(err)
+	}
+	var resp bytes.Buffer
+	_ = hpack.NewEncoder(&resp).WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+	type result struct {
+		frames []int
+		data   []byte
+		err    error
+	}
+	res := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() { res <- r }()
+		_ = ss.SetReadDeadline(time.Now().Add(10 * time.Second))
+		opened := false
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				r.err = err
+				return
+			}
+			switch f := f.(type) {
+			case *http2.MetaHeadersFrame:
+				r.err = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: resp.Bytes(), EndHeaders: true})
+			case *http2.DataFrame:
+				r.frames = append(r.frames, len(f.Data()))
+				r.data = append(r.data, f.Data()...)
+				if !opened && len(r.data) == window {
+					opened = true
+					r.err = fr.WriteWindowUpdate(f.StreamID, 1<<20)
+				}
+				if f.StreamEnded() {
+					return
+				}
+			}
+			if r.err != nil {
+				return
+			}
+		}
+	}()
+	if !cc.Reserve() {
+		t.Fatal("no stream slot on a new connection")
+	}
+	st, status, err := cc.Connect(t.Context(), "10.0.0.1:80", nil)
+	if err != nil || status != 200 {
+		t.Fatalf("connect: %d, %v", status, err)
+	}
+	defer st.Close()
+	const n = 4 * FramedPayload
+	buf := make([]byte, 4*FramedStride)
+	var want []byte
+	for seg := range 4 {
+		for j := range FramedPayload {
+			b := byte(seg*7 + j)
+			buf[seg*FramedStride+FrameHeaderLen+j] = b
+			want = append(want, b)
+		}
+	}
+	wc.mu.Lock()
+	wc.sizes = nil
+	wc.mu.Unlock()
+	if w, err := st.WriteFramed(buf, n); err != nil || w != n {
+		t.Fatalf("WriteFramed: %d, %v", w, err)
+	}
+	if err := st.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !bytes.Equal(r.data, want) {
+		t.Fatalf("peer got %d bytes, want %d, equal %v", len(r.data), len(want), bytes.Equal(r.data, want))
+	}
+	wantFrames := []int{FramedPayload, FramedPayload, 100, FramedPayload - 100, FramedPayload, 0}
+	if fmt.Sprint(r.frames) != fmt.Sprint(wantFrames) {
+		t.Errorf("DATA frame sizes %v, want %v", r.frames, wantFrames)
+	}
+	wc.mu.Lock()
+	sizes := wc.sizes
+	wc.mu.Unlock()
+	if len(sizes) == 0 || sizes[0] != 2*FramedStride {
+		t.Errorf("socket writes %v: the two segments the window covered did not leave in one write of %d bytes", sizes, 2*FramedStride)
+	}
+}

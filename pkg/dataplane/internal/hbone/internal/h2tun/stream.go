@@ -171,7 +171,7 @@ func (s *Stream) writeSinkLocked(p []byte) int {
 }
 
 // heldSize bounds the DATA held for one sink write.
-const heldSize = 64 << 10
+const heldSize = 128 << 10
 
 var heldPool = sync.Pool{New: func() any { b := make([]byte, 0, heldSize); return &b }}
 
@@ -281,16 +281,7 @@ func (s *Stream) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
 		c.mu.Lock()
-		if s.werr == nil && !s.localDone && (s.sendWindow <= 0 || c.sendWindow <= 0) {
-			s.armStallLocked()
-			for s.werr == nil && !s.localDone && (s.sendWindow <= 0 || c.sendWindow <= 0) {
-				s.waitingSend = true
-				s.cond.Wait()
-			}
-			s.waitingSend = false
-			s.stopStallLocked()
-		}
-		if err := s.writeErrLocked(); err != nil {
+		if err := s.waitWindowLocked(); err != nil {
 			c.mu.Unlock()
 			return written, err
 		}
@@ -335,56 +326,84 @@ const (
 // segments of FrameHeaderLen bytes of room and FramedPayload bytes of
 // payload, the last segment possibly shorter. It writes each segment's
 // frame header into its room and the frames to the connection in one
-// Write. Only the header room of buf is modified.
+// Write, or, when the flow-control window does not cover them all, in one
+// Write per run of whole segments the window covers; only a segment larger
+// than the whole window goes through Write (copied, split as the window
+// allows). Only the header room of buf is modified.
 func (s *Stream) WriteFramed(buf []byte, n int) (int, error) {
-	if n <= 0 {
-		return 0, nil
-	}
 	c := s.c
-	c.mu.Lock()
-	if s.werr == nil && !s.localDone && (int(s.sendWindow) < n || int(c.sendWindow) < n) {
-		// Not enough window for all of it (rare with hbone's windows):
-		// the frames Write makes, as the window allows, copying.
-		c.mu.Unlock()
-		written := 0
-		for off := 0; written < n; off += FramedStride {
-			k := min(n-written, FramedPayload)
-			m, err := s.Write(buf[off+FrameHeaderLen : off+FrameHeaderLen+k])
+	written, seg := 0, 0
+	for written < n {
+		c.mu.Lock()
+		if err := s.waitWindowLocked(); err != nil {
+			c.mu.Unlock()
+			return written, err
+		}
+		avail := int(min(s.sendWindow, c.sendWindow))
+		k, segs := 0, 0
+		for left := n - written; left > 0; segs++ {
+			m := min(left, FramedPayload)
+			if k+m > avail {
+				break
+			}
+			k += m
+			left -= m
+		}
+		if segs == 0 {
+			c.mu.Unlock()
+			start := seg*FramedStride + FrameHeaderLen
+			m, err := s.Write(buf[start : start+min(n-written, FramedPayload)])
 			written += m
 			if err != nil {
 				return written, err
 			}
+			seg++
+			continue
 		}
-		return written, nil
-	}
-	if err := s.writeErrLocked(); err != nil {
+		s.sendWindow -= int32(k)
+		c.sendWindow -= int32(k)
 		c.mu.Unlock()
-		return 0, err
-	}
-	s.sendWindow -= int32(n)
-	c.sendWindow -= int32(n)
-	c.mu.Unlock()
 
-	end := 0
-	for left := n; left > 0; {
-		k := min(left, FramedPayload)
-		putDataHeader(buf[end:end+FrameHeaderLen], s.id, k, false)
-		end += FrameHeaderLen + k
-		left -= k
+		start := seg * FramedStride
+		end := start
+		for left := k; left > 0; {
+			m := min(left, FramedPayload)
+			putDataHeader(buf[end:end+FrameHeaderLen], s.id, m, false)
+			end += FrameHeaderLen + m
+			left -= m
+		}
+		c.wmu.Lock()
+		c.mu.Lock()
+		err := s.writeErrLocked()
+		c.mu.Unlock()
+		if err != nil {
+			c.wmu.Unlock()
+			return written, err
+		}
+		c.direct = buf[start:end] // wbuf is empty: every holder of wmu flushes it
+		if err := c.unlockWrite(); err != nil {
+			return written, err
+		}
+		written += k
+		seg += segs
 	}
-	c.wmu.Lock()
-	c.mu.Lock()
-	err := s.writeErrLocked()
-	c.mu.Unlock()
-	if err != nil {
-		c.wmu.Unlock()
-		return 0, err
+	return written, nil
+}
+
+// waitWindowLocked waits, under c.mu, until both flow-control windows are
+// open or the stream can no longer send, and returns why it cannot.
+func (s *Stream) waitWindowLocked() error {
+	c := s.c
+	if s.werr == nil && !s.localDone && (s.sendWindow <= 0 || c.sendWindow <= 0) {
+		s.armStallLocked()
+		for s.werr == nil && !s.localDone && (s.sendWindow <= 0 || c.sendWindow <= 0) {
+			s.waitingSend = true
+			s.cond.Wait()
+		}
+		s.waitingSend = false
+		s.stopStallLocked()
 	}
-	c.direct = buf[:end] // wbuf is empty: every holder of wmu flushes it
-	if err := c.unlockWrite(); err != nil {
-		return 0, err
-	}
-	return n, nil
+	return s.writeErrLocked()
 }
 
 // armStallLocked starts the stall timer for a Write about to wait for
