@@ -65,9 +65,15 @@ var _ = DescribeTableSubtree("clusters beyond IPv4", func(ipFamily string, want 
 				Expect(families(n.PodCIDRs)).To(ConsistOf(want), "node %s pod CIDRs %v", n.Name, n.PodCIDRs)
 			}
 		}
-		onNetwork := map[string]int{} // cluster -> clusters on its network besides itself
+		// kind cluster (connect names those) -> clusters on its network
+		// besides itself
+		onNetwork := map[string]int{}
 		for _, p := range peers {
-			onNetwork[p[0]]++
+			for _, c := range res.Clusters {
+				if c.Name == p[0] {
+					onNetwork[c.KindName]++
+				}
+			}
 		}
 		var conn routes.Result
 		meshctlJSON(&conn, "connect", "--env", famEnv)
