@@ -291,12 +291,7 @@ func (s *Stream) Write(p []byte) (int, error) {
 		frame := c.frameSizeLocked()
 		c.mu.Unlock()
 
-		c.wmu.Lock()
-		c.mu.Lock()
-		err := s.writeErrLocked()
-		c.mu.Unlock()
-		if err != nil {
-			c.wmu.Unlock()
+		if err := s.lockWrite(); err != nil {
 			return written, err
 		}
 		for off := 0; off < n; off += frame {
@@ -372,12 +367,7 @@ func (s *Stream) WriteFramed(buf []byte, n int) (int, error) {
 			end += FrameHeaderLen + m
 			left -= m
 		}
-		c.wmu.Lock()
-		c.mu.Lock()
-		err := s.writeErrLocked()
-		c.mu.Unlock()
-		if err != nil {
-			c.wmu.Unlock()
+		if err := s.lockWrite(); err != nil {
 			return written, err
 		}
 		c.direct = buf[start:end] // wbuf is empty: every holder of wmu flushes it
@@ -388,6 +378,21 @@ func (s *Stream) WriteFramed(buf []byte, n int) (int, error) {
 		seg += segs
 	}
 	return written, nil
+}
+
+// lockWrite takes the connection's write lock for s, and gives it back at
+// once with s's write error if s can no longer send.
+func (s *Stream) lockWrite() error {
+	c := s.c
+	c.wmu.Lock()
+	c.mu.Lock()
+	err := s.writeErrLocked()
+	c.mu.Unlock()
+	if err != nil {
+		c.wmu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // waitWindowLocked waits, under c.mu, until both flow-control windows are
