@@ -68,10 +68,10 @@ var _ = DescribeTableSubtree("clusters beyond IPv4", func(ipFamily string, want 
 		// kind cluster (connect names those) -> clusters on its network
 		// besides itself
 		onNetwork := map[string]int{}
-		for _, p := range peers {
-			for _, c := range res.Clusters {
-				if c.Name == p[0] {
-					onNetwork[c.KindName]++
+		for _, a := range res.Clusters {
+			for _, b := range res.Clusters {
+				if a.Name != b.Name && a.Network == b.Network {
+					onNetwork[a.KindName]++
 				}
 			}
 		}
