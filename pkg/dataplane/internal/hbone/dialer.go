@@ -78,6 +78,7 @@ type Dialer struct {
 	mu      sync.Mutex
 	pool    map[poolKey][]*h2tun.Conn
 	dialing map[poolKey]chan struct{} // closed when the dial in progress ends
+	probing map[*h2tun.Conn]struct{}  // connections being pinged after a CONNECT timed out
 }
 
 type poolKey struct {
@@ -91,7 +92,7 @@ func NewDialer(opts ...Option) (*Dialer, error) {
 	if cfg.certForID == nil || cfg.roots == nil {
 		return nil, errors.New("hbone dialer: WithClientCertificates and WithRoots are required")
 	}
-	return &Dialer{cfg: cfg, pool: map[poolKey][]*h2tun.Conn{}, dialing: map[poolKey]chan struct{}{}}, nil
+	return &Dialer{cfg: cfg, pool: map[poolKey][]*h2tun.Conn{}, dialing: map[poolKey]chan struct{}{}, probing: map[*h2tun.Conn]struct{}{}}, nil
 }
 
 // Close closes every pooled connection; tunnels on them are reset.
@@ -254,7 +255,7 @@ func (d *Dialer) handshake(ctx context.Context, t Target) (*tls.Conn, *batchConn
 // GOAWAY) is retried: on a busy connection the server may still count a
 // stream the client already closed.
 func (d *Dialer) connect(ctx context.Context, t Target) (*h2tun.Stream, error) {
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.connectTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, d.cfg.connectTimeout, errConnectTimeout)
 	defer cancel()
 	authority := t.Destination.String()
 	if t.Double != nil {
@@ -270,6 +271,9 @@ func (d *Dialer) connect(ctx context.Context, t Target) (*h2tun.Stream, error) {
 		if errors.Is(err, h2tun.ErrRefused) && attempt < 3 {
 			continue
 		}
+		if errors.Is(err, errConnectTimeout) {
+			d.probe(cc)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("hbone CONNECT %s via %s: %w", authority, t.Gateway, err)
 		}
@@ -279,6 +283,39 @@ func (d *Dialer) connect(ctx context.Context, t Target) (*h2tun.Stream, error) {
 		}
 		return st, nil
 	}
+}
+
+// errConnectTimeout is a CONNECT that got no answer in the connect timeout.
+// It is a deadline error, as the context's own would be.
+var errConnectTimeout = fmt.Errorf("no answer to CONNECT within the connect timeout: %w", context.DeadlineExceeded)
+
+// probe pings cc, unless a probe of it is already running, and closes it
+// if the ack does not come in time. Without this, a peer gone without a
+// FIN (its node stopped, its pod's network torn down first) leaves a
+// connection the pool keeps handing out: every tunnel on it waits the
+// connect timeout, none fails the write that would reveal it, and the TCP
+// retransmission timeout that finally would is about 15 minutes away.
+func (d *Dialer) probe(cc *h2tun.Conn) {
+	d.mu.Lock()
+	if _, ok := d.probing[cc]; ok {
+		d.mu.Unlock()
+		return
+	}
+	d.probing[cc] = struct{}{}
+	d.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.pingTimeout)
+		err := cc.Ping(ctx)
+		cancel()
+		if err != nil && cc.Usable() {
+			d.cfg.metrics.h2Errors.WithLabelValues("ping_timeout").Inc()
+			d.cfg.log.Debug("hbone: closing a pooled connection that does not answer PING", "err", err)
+			_ = cc.Close()
+		}
+		d.mu.Lock()
+		delete(d.probing, cc)
+		d.mu.Unlock()
+	}()
 }
 
 // headerFields are the CONNECT request's regular fields, as ztunnel sends them.

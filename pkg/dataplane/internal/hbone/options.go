@@ -25,8 +25,12 @@ const (
 	defaultUpstreamTimeout  = 10 * time.Second
 	defaultConnectTimeout   = 10 * time.Second
 	defaultHandshakeTimeout = 10 * time.Second
-	defaultIdleTimeout      = 10 * time.Minute
-	defaultMaxHeaderBytes   = 16 << 10
+	// defaultPingTimeout bounds the PING that checks a pooled connection
+	// after a CONNECT on it timed out: a live peer acks at once, whatever
+	// its upstreams are doing.
+	defaultPingTimeout    = 5 * time.Second
+	defaultIdleTimeout    = 10 * time.Minute
+	defaultMaxHeaderBytes = 16 << 10
 	// The server keeps the 16 KiB default: a client built on x/net's
 	// Transport (Istio's Go HBONE, for one) holds a scratch buffer of the
 	// peer's max frame size for every open stream, so a larger value would
@@ -61,6 +65,7 @@ type config struct {
 	upstreamTimeout  time.Duration
 	connectTimeout   time.Duration
 	handshakeTimeout time.Duration
+	pingTimeout      time.Duration
 	idleTimeout      time.Duration
 	poolIdleTimeout  time.Duration
 	maxHeaderBytes   int
@@ -80,6 +85,7 @@ func newConfig(opts []Option) config {
 		upstreamTimeout:  defaultUpstreamTimeout,
 		connectTimeout:   defaultConnectTimeout,
 		handshakeTimeout: defaultHandshakeTimeout,
+		pingTimeout:      defaultPingTimeout,
 		idleTimeout:      defaultIdleTimeout,
 		poolIdleTimeout:  defaultPoolIdleTimeout,
 		maxHeaderBytes:   defaultMaxHeaderBytes,
@@ -170,13 +176,13 @@ func WithMetrics(m *Metrics) Option { return func(c *config) { c.metrics = m } }
 // WithLogger sets the structured logger.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
-// withTimeouts sets the connect (dialer: TCP+TLS+CONNECT response), upstream
-// dial (server) and idle (no streams on an h2 connection) timeouts; zero keeps
-// a default.
+// withTimeouts sets the connect (dialer: TCP+TLS+CONNECT response, and the
+// PING that follows a CONNECT without answer), upstream dial (server) and
+// idle (no streams on an h2 connection) timeouts; zero keeps a default.
 func withTimeouts(connect, upstream, idle time.Duration) Option {
 	return func(c *config) {
 		if connect > 0 {
-			c.connectTimeout, c.handshakeTimeout = connect, connect
+			c.connectTimeout, c.handshakeTimeout, c.pingTimeout = connect, connect, connect
 		}
 		if upstream > 0 {
 			c.upstreamTimeout = upstream

@@ -190,9 +190,11 @@ type Conn struct {
 	sawSettings   bool // the reader has had the peer's first SETTINGS
 	resetIDs      [recentResets]uint32
 	resetNext     int
-	terminating   bool        // terminate is sending GOAWAY and will close
-	ownDeadline   atomic.Bool // a closing write has set its own deadline
-	deadlineSet   time.Time   // when flushLocked last set the write deadline, under wmu
+	terminating   bool                      // terminate is sending GOAWAY and will close
+	ownDeadline   atomic.Bool               // a closing write has set its own deadline
+	deadlineSet   time.Time                 // when flushLocked last set the write deadline, under wmu
+	pings         map[[8]byte]chan struct{} // our PINGs awaiting their ack, by payload
+	pingSeq       uint64
 }
 
 func newConn(nc net.Conn, cfg Config, server bool) *Conn {
@@ -390,6 +392,51 @@ func (c *Conn) Usable() bool {
 	return !c.closed && !c.goAway
 }
 
+// Ping sends a PING and waits for its ack until ctx ends: proof that the
+// peer still reads this connection. A CONNECT that got no answer may mean a
+// slow upstream or a peer that is gone without a FIN (its node stopped);
+// only a ping tells them apart, and only the second should cost the pool
+// its connection.
+func (c *Conn) Ping(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		err := c.errLocked()
+		c.mu.Unlock()
+		return err
+	}
+	c.pingSeq++
+	var data [8]byte
+	for i := range data {
+		data[i] = byte(c.pingSeq >> (8 * i))
+	}
+	acked := make(chan struct{})
+	if c.pings == nil {
+		c.pings = map[[8]byte]chan struct{}{}
+	}
+	c.pings[data] = acked
+	ok := c.queueLocked(ctlFrame{typ: http2.FramePing, val: 1, data: data})
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pings, data)
+		c.mu.Unlock()
+	}()
+	if !ok {
+		return errors.New("h2 ping: control frame queue full")
+	}
+	c.kick()
+	select {
+	case <-acked:
+		return nil
+	case <-c.done:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.errLocked()
+	case <-ctx.Done():
+		return fmt.Errorf("h2 ping: %w", context.Cause(ctx))
+	}
+}
+
 // Close closes the connection; its streams fail.
 func (c *Conn) Close() error {
 	c.close(errClosed)
@@ -532,7 +579,7 @@ func (c *Conn) writeQueuedLocked() {
 		case http2.FrameSettings:
 			_ = c.fr.WriteSettingsAck()
 		case http2.FramePing:
-			_ = c.fr.WritePing(true, f.data)
+			_ = c.fr.WritePing(f.val == 0, f.data) // val 1: our own PING, not an ack
 		case http2.FrameWindowUpdate:
 			_ = c.fr.WriteWindowUpdate(f.streamID, f.val)
 		case http2.FrameRSTStream:

@@ -84,6 +84,14 @@ func (c *Conn) handle(f http2.Frame) error {
 		return c.onSettings(f)
 	case *http2.PingFrame:
 		if f.IsAck() {
+			// An ack of one of our PINGs; any other is ignored, as RFC
+			// 9113 lets a receiver do with an ack it did not ask for.
+			c.mu.Lock()
+			if ch, ok := c.pings[f.Data]; ok {
+				delete(c.pings, f.Data)
+				close(ch)
+			}
+			c.mu.Unlock()
 			return nil
 		}
 		return c.queueAndKick(ctlFrame{typ: http2.FramePing, data: f.Data})
