@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/meshctl/meshctl/pkg/connect/check"
@@ -181,21 +183,55 @@ spec:
 		c2 := mesh.Cluster("cluster2")
 		scale := func(ctx context.Context, n int32) { // the cleanup's own ctx: the spec's ends first
 			GinkgoHelper()
-			s, err := c2.Kube.AppsV1().Deployments(gateway.GatewayNamespace).GetScale(ctx, gateway.GatewayName, metav1.GetOptions{})
-			Expect(err).NotTo(HaveOccurred())
-			s.Spec.Replicas = n
-			_, err = c2.Kube.AppsV1().Deployments(gateway.GatewayNamespace).UpdateScale(ctx, gateway.GatewayName, s, metav1.UpdateOptions{})
+			// A patch, not GetScale then UpdateScale: the deployment
+			// controller writes the deployment's status meanwhile, and an
+			// update of the version read then fails with a conflict (it did
+			// in CI, and in 1 of 10 scale cycles here).
+			patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
+			_, err := c2.Kube.AppsV1().Deployments(gateway.GatewayNamespace).Patch(ctx, gateway.GatewayName, types.MergePatchType, patch, metav1.PatchOptions{})
 			Expect(err).NotTo(HaveOccurred())
 		}
 		scale(ctx, 0)
 		DeferCleanup(func(ctx SpecContext) {
 			scale(ctx, 1)
-			Eventually(client).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(target))
+			Eventually(client).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(2*time.Second).Should(meshtest.Reach(target),
+				func() string { return gatewayDiagnosis(ctx, c2, proxy) })
 		})
 		Eventually(client).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).ShouldNot(meshtest.Reach(target))
 		Expect(counterSum(ctx, proxy.cluster, proxy.pod, "meshctl_proxy_outbound_refused_total", `reason="no_network_gateway"`)).
 			To(BeNumerically(">", refusedBefore), "%s: the refusal was not counted", proxy)
 	})
+}
+
+// gatewayDiagnosis says, for a failure message, what the gateway of c
+// and the client's node proxy show: its pods, and the proxy's counters of
+// refused and gateway-bound tunnels.
+func gatewayDiagnosis(ctx context.Context, c *meshtest.Cluster, client nodeProxy) string {
+	var b strings.Builder
+	pods, err := c.Kube.CoreV1().Pods(gateway.GatewayNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=istio-eastwestgateway"})
+	if err != nil {
+		fmt.Fprintf(&b, "gateway pods of %s: %v\n", c.Name, err)
+	} else {
+		for _, p := range pods.Items {
+			ready := false
+			for _, cond := range p.Status.Conditions {
+				ready = ready || cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue
+			}
+			fmt.Fprintf(&b, "gateway pod %s/%s: phase %s, ready %v, IP %s, deleting %v\n", c.Name, p.Name, p.Status.Phase, ready, p.Status.PodIP, p.DeletionTimestamp != nil)
+		}
+	}
+	raw, err := client.cluster.Kube.CoreV1().Pods(gateway.GatewayNamespace).ProxyGet("http", client.pod, "15020", "/metrics", nil).DoRaw(ctx)
+	if err != nil {
+		fmt.Fprintf(&b, "metrics of %s: %v\n", client, err)
+		return b.String()
+	}
+	for _, m := range sampleLine.FindAllStringSubmatch(string(raw), -1) {
+		switch m[1] {
+		case "meshctl_proxy_outbound_refused_total", "meshctl_proxy_outbound_network_gateway_total", "meshctl_hbone_h2_errors_total", "meshctl_hbone_handshake_failures_total":
+			fmt.Fprintf(&b, "%s: %s\n", client, m[0])
+		}
+	}
+	return b.String()
 }
 
 // gatewayPod is a Ready east-west gateway pod of c, as a nodeProxy (its

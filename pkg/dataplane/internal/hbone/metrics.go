@@ -42,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "meshctl_hbone_inbound_rejects_total", Help: "Inbound CONNECT requests refused, by status code and reason.",
 		}, []string{"code", "reason"}),
 		h2Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshctl_hbone_h2_errors_total", Help: "HTTP/2 protocol errors the server refused (stream floods, bad frames), by type.",
+			Name: "meshctl_hbone_h2_errors_total", Help: "HTTP/2 errors by type: protocol errors refused (stream floods, bad frames), and ping_timeout, a pooled connection closed because it did not ack the PING sent after a CONNECT got no answer.",
 		}, []string{"type"}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshctl_hbone_inbound_limited_total", Help: "Inbound connections closed and CONNECT requests refused because a peer reached a limit, by limit.",
