@@ -7,7 +7,7 @@
 #   hack/create-timing.sh -n 3 -c 3 -- --image meshctl/node:v1.34.4 --registry=false
 #
 # Environments ct1 and ctN are created and deleted each round; they must not
-# exist beforehand.
+# exist beforehand. Each creation starts once the machine is quiet (settle).
 set -euo pipefail
 
 rounds=3
@@ -33,6 +33,30 @@ step_seconds() {
 			printf "%.1f", t }'
 }
 
+# busy_percent is the share of CPU time not idle over the next 5 s, from
+# /proc/stat: unlike the load average, it does not lag a minute behind.
+busy_percent() {
+	local a b
+	a=$(head -1 /proc/stat)
+	sleep 5
+	b=$(head -1 /proc/stat)
+	awk -v a="$a" -v b="$b" 'BEGIN {
+		n = split(a, x, " "); split(b, y, " ")
+		for (i = 2; i <= n; i++) { t += y[i] - x[i] }
+		idle = (y[5] - x[5]) + (y[6] - x[6])
+		printf "%d", (t > 0 ? 100 * (t - idle) / t : 0) }'
+}
+
+# settle waits, at most SETTLE_MAX seconds (180), until the machine is
+# quiet (under SETTLE_BUSY percent busy, 10): a round that starts while the
+# previous one's containers are still being torn down measures that too.
+# It prints the busy percent it started at.
+settle() {
+	local busy deadline=$((SECONDS + ${SETTLE_MAX:-180}))
+	while busy=$(busy_percent) && ((busy >= ${SETTLE_BUSY:-10} && SECONDS < deadline)); do :; done
+	echo "$busy"
+}
+
 create() {
 	local n=$1 out
 	out=$("$bin" up --env "ct$n" --clusters "$n" --install=false --remote-secrets=false --cacerts=false "${up_args[@]}" 2>&1) ||
@@ -43,8 +67,8 @@ create() {
 
 echo "$(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?') one cluster vs $clusters in parallel"
 for ((r = 1; r <= rounds; r++)); do
-	l1=$(cut -d' ' -f1 /proc/loadavg); one=$(create 1)
-	lN=$(cut -d' ' -f1 /proc/loadavg); many=$(create "$clusters")
-	awk -v r="$r" -v a="$one" -v b="$many" -v c="$clusters" -v l1="$l1" -v ln="$lN" \
-		'BEGIN { printf "round %d: 1 cluster %.1f s (load %s), %d clusters %.1f s (load %s): %.2fx\n", r, a, l1, c, b, ln, b / a }'
+	b1=$(settle); l1=$(cut -d' ' -f1 /proc/loadavg); one=$(create 1)
+	bN=$(settle); lN=$(cut -d' ' -f1 /proc/loadavg); many=$(create "$clusters")
+	awk -v r="$r" -v a="$one" -v b="$many" -v c="$clusters" -v l1="$l1" -v ln="$lN" -v b1="$b1" -v bn="$bN" \
+		'BEGIN { printf "round %d: 1 cluster %.1f s (start: %s%% busy, load %s), %d clusters %.1f s (start: %s%% busy, load %s): %.2fx\n", r, a, b1, l1, c, b, bn, ln, b / a }'
 done

@@ -4,7 +4,10 @@
 // original destination ip:port.
 //
 // Dialer is the client side (a pool of h2 connections per source identity and
-// destination, 100 streams each); Server is the inbound side on port 15008,
+// destination, 100 streams each; a pooled connection on which a CONNECT got
+// no answer is pinged, and closed if the PING is not acked, so a peer gone
+// without a FIN costs one connect timeout, not the TCP retransmission
+// timeout); Server is the inbound side on port 15008,
 // which picks its certificate by destination IP, checks the CONNECT request as
 // ztunnel does (400 bad request, 401 denied, 431 headers too large, 503
 // upstream unreachable) and splices the stream to the destination. A FIN
