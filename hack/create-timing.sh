@@ -57,18 +57,27 @@ settle() {
 	echo "$busy"
 }
 
+# busy_jiffies is the machine's non-idle CPU time so far, in clock ticks.
+busy_jiffies() {
+	awk '/^cpu / { for (i = 2; i <= NF; i++) { t += $i } print t - $5 - $6 }' /proc/stat
+}
+
+# create prints the creation step's seconds and the CPU-seconds the whole
+# machine spent during the `up` (the clusters' containers, docker, meshctl).
 create() {
-	local n=$1 out
+	local n=$1 out j0 j1
+	j0=$(busy_jiffies)
 	out=$("$bin" up --env "ct$n" --clusters "$n" --install=false --remote-secrets=false --cacerts=false "${up_args[@]}" 2>&1) ||
 		{ echo "$out" >&2; "$bin" down --env "ct$n" >/dev/null 2>&1 || true; exit 1; }
+	j1=$(busy_jiffies)
 	"$bin" down --env "ct$n" >/dev/null 2>&1
-	step_seconds <<<"$out"
+	echo "$(step_seconds <<<"$out") $(((j1 - j0) / $(getconf CLK_TCK)))"
 }
 
 echo "$(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?') one cluster vs $clusters in parallel"
 for ((r = 1; r <= rounds; r++)); do
-	b1=$(settle); l1=$(cut -d' ' -f1 /proc/loadavg); one=$(create 1)
-	bN=$(settle); lN=$(cut -d' ' -f1 /proc/loadavg); many=$(create "$clusters")
-	awk -v r="$r" -v a="$one" -v b="$many" -v c="$clusters" -v l1="$l1" -v ln="$lN" -v b1="$b1" -v bn="$bN" \
-		'BEGIN { printf "round %d: 1 cluster %.1f s (start: %s%% busy, load %s), %d clusters %.1f s (start: %s%% busy, load %s): %.2fx\n", r, a, b1, l1, c, b, bn, ln, b / a }'
+	b1=$(settle); l1=$(cut -d' ' -f1 /proc/loadavg); read -r one cpu1 < <(create 1)
+	bN=$(settle); lN=$(cut -d' ' -f1 /proc/loadavg); read -r many cpuN < <(create "$clusters")
+	awk -v r="$r" -v a="$one" -v b="$many" -v c="$clusters" -v l1="$l1" -v ln="$lN" -v b1="$b1" -v bn="$bN" -v c1="$cpu1" -v cn="$cpuN" \
+		'BEGIN { printf "round %d: 1 cluster %.1f s, %d CPU-s (start: %s%% busy, load %s); %d clusters %.1f s, %d CPU-s (start: %s%% busy, load %s): %.2fx\n", r, a, c1, b1, l1, c, b, cn, bn, ln, b / a }'
 done
