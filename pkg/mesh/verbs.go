@@ -134,11 +134,11 @@ func (d *Down) uninstallKept(ctx context.Context, env string) error {
 	var failed []string
 	for _, c := range res.Clusters {
 		if c.Error != "" {
-			failed = append(failed, c.Cluster)
+			failed = append(failed, fmt.Sprintf("%s (%s)", c.Cluster, c.Error))
 		}
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("uninstall failed in cluster(s) %s (see above)", strings.Join(failed, ", "))
+		return fmt.Errorf("uninstall failed in cluster(s) %s", strings.Join(failed, "; "))
 	}
 	return nil
 }

@@ -54,120 +54,136 @@ type ztunnelDump struct {
 	Policies []json.RawMessage `json:"policies"`
 }
 
-// Istio in ambient mode on meshctl's clusters, meshctl's proxy standing as
-// ztunnel: `up --istio --istio-ambient` on two clusters of one network
-// (pod-to-pod routed), Istio's istio-cni enrolling the pods, istiod issuing
-// the certificates (chaining to meshctl's root through cacerts) and sending
-// workloads and policies over XDS. Needs the offline images of
-// `MESHCTL_ISTIO=1 make e2e-env` (hack/e2e/istio-build).
-var _ = Describe("Istio ambient with meshctl's proxy as ztunnel (up --istio --istio-ambient)", Ordered, slow, func() {
-	aenv := env + "-ambient"
-	pilot := istio.DefaultHub + "/pilot:" + istio.DefaultTag()
-	installCNI := istio.DefaultHub + "/install-cni:" + istio.DefaultTag()
-	var mesh *meshtest.Env
-	var up ambientUp
-	var args []string
-	var ns string
+// ambientSpecs: Istio in ambient mode on meshctl's clusters, meshctl's
+// proxy standing as ztunnel: `up --istio --istio-ambient` on two clusters of
+// one network (pod-to-pod routed), Istio's istio-cni enrolling the pods,
+// istiod issuing the certificates (chaining to meshctl's root through
+// cacerts) and sending workloads and policies over XDS. Needs the offline
+// images of `MESHCTL_ISTIO=1 make e2e-env` (hack/e2e/istio-build).
+//
+// They run on the install container's environment (aenv) once its
+// `down --uninstall-only` has left the clusters as they were before meshctl
+// installed anything — a user switching an environment from meshctl's
+// dataplane to Istio's ambient mode — instead of two kind clusters of their
+// own. The first spec is the up; a failure there skips the rest (the
+// container is Ordered).
+func ambientSpecs(aenv string, envOf func() *meshtest.Env) {
+	Describe("Istio ambient with meshctl's proxy as ztunnel (up --istio --istio-ambient)", func() {
+		pilot := istio.DefaultHub + "/pilot:" + istio.DefaultTag()
+		installCNI := istio.DefaultHub + "/install-cni:" + istio.DefaultTag()
+		var mesh *meshtest.Env
+		var up ambientUp
+		var args []string
+		var ns string
 
-	BeforeAll(func(ctx SpecContext) {
-		for _, img := range []string{pilot, installCNI} {
-			if _, err := docker("image", "inspect", img); err != nil {
-				Skip("image " + img + " is not in Docker: run `MESHCTL_ISTIO=1 make e2e-env`")
+		BeforeAll(func(ctx SpecContext) {
+			mesh = envOf()
+			// Under a focus on these specs the install container's
+			// uninstall-only did not run: do it, so that up starts from
+			// the same clusters either way.
+			if _, err := mesh.Clusters()[0].Kube.AppsV1().DaemonSets("istio-system").Get(ctx, "meshctl-proxy", metav1.GetOptions{}); err == nil {
+				meshctl("down", "--env", aenv, "--uninstall-only")
 			}
-		}
-		args = []string{"up", "--env", aenv, "--clusters", "2", "--image", suite.image, "--registry=false", "--istio", "--istio-ambient"}
-		DeferCleanup(func() {
-			if !keep() {
-				meshctl("down", "--env", aenv)
+			// The meshed specs before these applied minimal CRDs for the
+			// policies; Istio's base chart brings its own.
+			removeIstioSecurityCRDs(ctx, mesh)
+			// In BeforeAll, the namespace lives until this container's
+			// last spec.
+			ns = mesh.CreateNamespace(ctx, "ambient-", map[string]string{"istio.io/dataplane-mode": "ambient"})
+		})
+
+		BeforeEach(func() {
+			for _, img := range []string{pilot, installCNI} {
+				if _, err := docker("image", "inspect", img); err != nil {
+					Skip("image " + img + " is not in Docker: run `MESHCTL_ISTIO=1 make e2e-env`")
+				}
 			}
 		})
-		meshctlJSON(&up, args...)
-		mesh = attach(ctx, aenv)
-		ns = mesh.CreateNamespace(ctx, "ambient-", map[string]string{"istio.io/dataplane-mode": "ambient"})
-	})
 
-	It("installed istio-base, istiod, istio-cni and ztunnel everywhere, and a rerun changes nothing", func() {
-		Expect(up.Install.Istio).NotTo(BeNil(), "up -o json has no install.istio")
-		Expect(releaseActions(up.Install.Istio)).To(ConsistOf(allActions(up.Install.Istio, "installed")))
-		Expect(releaseActions(up.Install.Istio)).To(ContainElements("cluster1/istio-cni=installed", "cluster1/ztunnel=installed", "cluster2/ztunnel=installed"))
-		Expect(releaseActions(up.Install.Istio)).To(HaveLen(8))
-		var again ambientUp
-		meshctlJSON(&again, args...)
-		Expect(releaseActions(again.Install.Istio)).To(ConsistOf(allActions(again.Install.Istio, "unchanged")))
-	})
+		It("up --istio --istio-ambient installs istio-base, istiod, istio-cni and ztunnel everywhere, and a rerun changes nothing", func() {
+			args = []string{"up", "--env", aenv, "--clusters", "2", "--image", suite.image, "--registry=false", "--istio", "--istio-ambient"}
+			meshctlJSON(&up, args...)
+			Expect(up.Install.Istio).NotTo(BeNil(), "up -o json has no install.istio")
+			Expect(releaseActions(up.Install.Istio)).To(ConsistOf(allActions(up.Install.Istio, "installed")))
+			Expect(releaseActions(up.Install.Istio)).To(ContainElements("cluster1/istio-cni=installed", "cluster1/ztunnel=installed", "cluster2/ztunnel=installed"))
+			Expect(releaseActions(up.Install.Istio)).To(HaveLen(8))
+			var again ambientUp
+			meshctlJSON(&again, args...)
+			Expect(releaseActions(again.Install.Istio)).To(ConsistOf(allActions(again.Install.Istio, "unchanged")))
+		})
 
-	It("runs meshctl's proxy as DaemonSet istio-system/ztunnel, Ready on every node, and no meshctl CNI beside istio-cni", func(ctx SpecContext) {
-		Expect(up.Install.Image).NotTo(BeEmpty(), "up -o json names no dataplane image")
-		for _, c := range mesh.Clusters() {
+		It("runs meshctl's proxy as DaemonSet istio-system/ztunnel, Ready on every node, and no meshctl CNI beside istio-cni", func(ctx SpecContext) {
+			Expect(up.Install.Image).NotTo(BeEmpty(), "up -o json names no dataplane image")
+			for _, c := range mesh.Clusters() {
+				Eventually(func(g Gomega) {
+					ds, err := c.Kube.AppsV1().DaemonSets("istio-system").Get(ctx, "ztunnel", metav1.GetOptions{})
+					g.Expect(err).NotTo(HaveOccurred(), "%s: DaemonSet istio-system/ztunnel", c.Name)
+					g.Expect(ds.Spec.Template.Spec.Containers[0].Image).To(Equal(up.Install.Image), "%s: ztunnel does not run meshctl's proxy", c.Name)
+					g.Expect(ds.Spec.Template.Spec.ServiceAccountName).To(Equal("ztunnel"), c.Name)
+					g.Expect(ds.Status.NumberReady).To(Equal(ds.Status.DesiredNumberScheduled), "%s: ztunnel pods not all Ready: %+v", c.Name, ds.Status)
+					g.Expect(ds.Status.DesiredNumberScheduled).To(BeNumerically(">=", 1), c.Name)
+					cni, err := c.Kube.AppsV1().DaemonSets("istio-system").Get(ctx, "istio-cni-node", metav1.GetOptions{})
+					g.Expect(err).NotTo(HaveOccurred(), "%s: DaemonSet istio-system/istio-cni-node", c.Name)
+					g.Expect(cni.Status.NumberReady).To(Equal(cni.Status.DesiredNumberScheduled), "%s: istio-cni-node pods not all Ready: %+v", c.Name, cni.Status)
+				}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+				_, err := c.Kube.AppsV1().DaemonSets("istio-system").Get(ctx, "meshctl-cni", metav1.GetOptions{})
+				Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s: meshctl's own CNI is installed beside istio-cni (%v)", c.Name, err)
+			}
+		})
+
+		It("carries a cluster1 pod's call to a cluster2 Service by name over HBONE, with istiod's certificates chaining to meshctl's root", func(ctx SpecContext) {
+			client := mesh.DeployEcho(ctx, ns, "client").In("cluster1")
+			local := remoteOnlyEcho(ctx, mesh, ns, "svc")
+			zt := ztunnelOf(ctx, client)
+			before := hboneOpened(ctx, zt)
+			byName := meshtest.Address("svc."+ns+".svc.cluster.local", meshtest.EchoServicePort)
+			byName.Expect = "meshtest-echo cluster=cluster2 "
+			Eventually(client).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(2*time.Second).Should(meshtest.Reach(byName),
+				"cluster1's pod never reached svc.%s in cluster2 by name (its Service in cluster1 %s has no endpoints)", ns, local.ServiceIP)
+			after := hboneOpened(ctx, zt)
+			Expect(after["outbound"]).To(BeNumerically(">", before["outbound"]), "%s: the call was not tunnelled over HBONE (outbound %v -> %v)", zt, before["outbound"], after["outbound"])
+			Expect(after["outbound_passthrough"]).To(Equal(before["outbound_passthrough"]), "%s: a call went in plaintext", zt)
+
+			root, err := os.ReadFile(filepath.Join(meshca.Dir(suite.artifacts, aenv), meshca.RootCertFile))
+			Expect(err).NotTo(HaveOccurred())
+			roots := x509.NewCertPool()
+			Expect(roots.AppendCertsFromPEM(root)).To(BeTrue(), "meshctl's root is not PEM")
+			identity := "spiffe://cluster.local/ns/" + ns + "/sa/default"
 			Eventually(func(g Gomega) {
-				ds, err := c.Kube.AppsV1().DaemonSets("istio-system").Get(ctx, "ztunnel", metav1.GetOptions{})
-				g.Expect(err).NotTo(HaveOccurred(), "%s: DaemonSet istio-system/ztunnel", c.Name)
-				g.Expect(ds.Spec.Template.Spec.Containers[0].Image).To(Equal(up.Install.Image), "%s: ztunnel does not run meshctl's proxy", c.Name)
-				g.Expect(ds.Spec.Template.Spec.ServiceAccountName).To(Equal("ztunnel"), c.Name)
-				g.Expect(ds.Status.NumberReady).To(Equal(ds.Status.DesiredNumberScheduled), "%s: ztunnel pods not all Ready: %+v", c.Name, ds.Status)
-				g.Expect(ds.Status.DesiredNumberScheduled).To(BeNumerically(">=", 1), c.Name)
-				cni, err := c.Kube.AppsV1().DaemonSets("istio-system").Get(ctx, "istio-cni-node", metav1.GetOptions{})
-				g.Expect(err).NotTo(HaveOccurred(), "%s: DaemonSet istio-system/istio-cni-node", c.Name)
-				g.Expect(cni.Status.NumberReady).To(Equal(cni.Status.DesiredNumberScheduled), "%s: istio-cni-node pods not all Ready: %+v", c.Name, cni.Status)
-			}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
-			_, err := c.Kube.AppsV1().DaemonSets("istio-system").Get(ctx, "meshctl-cni", metav1.GetOptions{})
-			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s: meshctl's own CNI is installed beside istio-cni (%v)", c.Name, err)
-		}
-	})
-
-	It("carries a cluster1 pod's call to a cluster2 Service by name over HBONE, with istiod's certificates chaining to meshctl's root", func(ctx SpecContext) {
-		client := mesh.DeployEcho(ctx, ns, "client").In("cluster1")
-		local := remoteOnlyEcho(ctx, mesh, ns, "svc")
-		zt := ztunnelOf(ctx, client)
-		before := hboneOpened(ctx, zt)
-		byName := meshtest.Address("svc."+ns+".svc.cluster.local", meshtest.EchoServicePort)
-		byName.Expect = "meshtest-echo cluster=cluster2 "
-		Eventually(client).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(2*time.Second).Should(meshtest.Reach(byName),
-			"cluster1's pod never reached svc.%s in cluster2 by name (its Service in cluster1 %s has no endpoints)", ns, local.ServiceIP)
-		after := hboneOpened(ctx, zt)
-		Expect(after["outbound"]).To(BeNumerically(">", before["outbound"]), "%s: the call was not tunnelled over HBONE (outbound %v -> %v)", zt, before["outbound"], after["outbound"])
-		Expect(after["outbound_passthrough"]).To(Equal(before["outbound_passthrough"]), "%s: a call went in plaintext", zt)
-
-		root, err := os.ReadFile(filepath.Join(meshca.Dir(suite.artifacts, aenv), meshca.RootCertFile))
-		Expect(err).NotTo(HaveOccurred())
-		roots := x509.NewCertPool()
-		Expect(roots.AppendCertsFromPEM(root)).To(BeTrue(), "meshctl's root is not PEM")
-		identity := "spiffe://cluster.local/ns/" + ns + "/sa/default"
-		Eventually(func(g Gomega) {
-			d, err := configDump(ctx, zt)
-			g.Expect(err).NotTo(HaveOccurred(), "%s: /config_dump on 15000", zt)
-			var names []string
-			for _, w := range d.Workloads {
-				names = append(names, w.ClusterID+"/"+w.Namespace+"/"+w.Name)
-			}
-			g.Expect(names).To(ContainElement(HavePrefix("cluster2/"+ns+"/svc-")), "%s: istiod sent no workload of cluster2's svc", zt)
-			var found bool
-			for _, c := range d.Certificates {
-				if c.Identity != identity {
-					continue
+				d, err := configDump(ctx, zt)
+				g.Expect(err).NotTo(HaveOccurred(), "%s: /config_dump on 15000", zt)
+				var names []string
+				for _, w := range d.Workloads {
+					names = append(names, w.ClusterID+"/"+w.Namespace+"/"+w.Name)
 				}
-				found = true
-				g.Expect(c.State).To(Equal("Available"), "%s: certificate of %s", zt, identity)
-				g.Expect(c.CertChain).NotTo(BeEmpty(), "%s: certificate of %s has no chain", zt, identity)
-				leaf, inter := parseChain(g, c.CertChain)
-				_, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
-				g.Expect(err).NotTo(HaveOccurred(), "%s: istiod's certificate for %s does not chain to meshctl's root", zt, identity)
-			}
-			g.Expect(found).To(BeTrue(), "%s: no certificate for %s in /config_dump", zt, identity)
-		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
-	})
+				g.Expect(names).To(ContainElement(HavePrefix("cluster2/"+ns+"/svc-")), "%s: istiod sent no workload of cluster2's svc", zt)
+				var found bool
+				for _, c := range d.Certificates {
+					if c.Identity != identity {
+						continue
+					}
+					found = true
+					g.Expect(c.State).To(Equal("Available"), "%s: certificate of %s", zt, identity)
+					g.Expect(c.CertChain).NotTo(BeEmpty(), "%s: certificate of %s has no chain", zt, identity)
+					leaf, inter := parseChain(g, c.CertChain)
+					_, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+					g.Expect(err).NotTo(HaveOccurred(), "%s: istiod's certificate for %s does not chain to meshctl's root", zt, identity)
+				}
+				g.Expect(found).To(BeTrue(), "%s: no certificate for %s in /config_dump", zt, identity)
+			}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+		})
 
-	It("enforces a DENY AuthorizationPolicy that istiod sends the server's ztunnel, and lets the call through once it is deleted", func(ctx SpecContext) {
-		client := mesh.DeployEcho(ctx, ns, "authz-client").In("cluster1")
-		local := remoteOnlyEcho(ctx, mesh, ns, "authz")
-		target := local.ServiceTarget()
-		target.Expect = "meshtest-echo cluster=cluster2 "
-		Eventually(client).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(2*time.Second).Should(meshtest.Reach(target), "before any policy")
+		It("enforces a DENY AuthorizationPolicy that istiod sends the server's ztunnel, and lets the call through once it is deleted", func(ctx SpecContext) {
+			client := mesh.DeployEcho(ctx, ns, "authz-client").In("cluster1")
+			local := remoteOnlyEcho(ctx, mesh, ns, "authz")
+			target := local.ServiceTarget()
+			target.Expect = "meshtest-echo cluster=cluster2 "
+			Eventually(client).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(2*time.Second).Should(meshtest.Reach(target), "before any policy")
 
-		c2 := mesh.Cluster("cluster2")
-		dc, err := dynamic.NewForConfig(c2.Config)
-		Expect(err).NotTo(HaveOccurred())
-		c2.Apply(ctx, ns, `apiVersion: security.istio.io/v1
+			c2 := mesh.Cluster("cluster2")
+			dc, err := dynamic.NewForConfig(c2.Config)
+			Expect(err).NotTo(HaveOccurred())
+			c2.Apply(ctx, ns, `apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: {name: deny-authz}
 spec:
@@ -178,33 +194,33 @@ spec:
   - from:
     - source: {namespaces: [`+ns+`]}
 `)
-		DeferCleanup(func(ctx SpecContext) {
-			err := dc.Resource(authorizationPolicies).Namespace(ns).Delete(ctx, "deny-authz", metav1.DeleteOptions{})
-			if !apierrors.IsNotFound(err) {
-				Expect(err).NotTo(HaveOccurred())
-			}
+			DeferCleanup(func(ctx SpecContext) {
+				err := dc.Resource(authorizationPolicies).Namespace(ns).Delete(ctx, "deny-authz", metav1.DeleteOptions{})
+				if !apierrors.IsNotFound(err) {
+					Expect(err).NotTo(HaveOccurred())
+				}
+			})
+			server := ztunnelOfPod(ctx, c2, ns, "app=authz")
+			Eventually(func(g Gomega) {
+				d, err := configDump(ctx, server)
+				g.Expect(err).NotTo(HaveOccurred(), "%s: /config_dump on 15000", server)
+				var all []string
+				for _, p := range d.Policies {
+					all = append(all, string(p))
+				}
+				g.Expect(strings.Join(all, "\n")).To(ContainSubstring("deny-authz"), "%s: istiod has not sent the policy", server)
+			}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+			Eventually(client).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(2*time.Second).ShouldNot(meshtest.Reach(target), "the DENY policy is not enforced")
+			Expect(dc.Resource(authorizationPolicies).Namespace(ns).Delete(ctx, "deny-authz", metav1.DeleteOptions{})).To(Succeed())
+			Eventually(client).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(2*time.Second).Should(meshtest.Reach(target), "the call is still denied after the policy was deleted")
 		})
-		server := ztunnelOfPod(ctx, c2, ns, "app=authz")
-		Eventually(func(g Gomega) {
-			d, err := configDump(ctx, server)
-			g.Expect(err).NotTo(HaveOccurred(), "%s: /config_dump on 15000", server)
-			var all []string
-			for _, p := range d.Policies {
-				all = append(all, string(p))
-			}
-			g.Expect(strings.Join(all, "\n")).To(ContainSubstring("deny-authz"), "%s: istiod has not sent the policy", server)
-		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
-		Eventually(client).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(2*time.Second).ShouldNot(meshtest.Reach(target), "the DENY policy is not enforced")
-		Expect(dc.Resource(authorizationPolicies).Namespace(ns).Delete(ctx, "deny-authz", metav1.DeleteOptions{})).To(Succeed())
-		Eventually(client).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(2*time.Second).Should(meshtest.Reach(target), "the call is still denied after the policy was deleted")
-	})
 
-	It("keeps an established connection through istiod's restart, and resyncs: a workload made after it is reachable", func(ctx SpecContext) {
-		client := mesh.DeployEcho(ctx, ns, "long-client").In("cluster1")
-		c2 := mesh.Cluster("cluster2")
-		// The Service in both clusters (cluster1's resolves the name), its
-		// one pod in cluster2.
-		longSvc := `apiVersion: v1
+		It("keeps an established connection through istiod's restart, and resyncs: a workload made after it is reachable", func(ctx SpecContext) {
+			client := mesh.DeployEcho(ctx, ns, "long-client").In("cluster1")
+			c2 := mesh.Cluster("cluster2")
+			// The Service in both clusters (cluster1's resolves the name), its
+			// one pod in cluster2.
+			longSvc := `apiVersion: v1
 kind: Service
 metadata:
   name: long
@@ -214,9 +230,9 @@ spec:
   ports:
   - {name: tcp, port: 9000, targetPort: 9000}
 `
-		mesh.Cluster("cluster1").Apply(ctx, ns, longSvc)
-		c2.Apply(ctx, ns, longSvc)
-		c2.Apply(ctx, ns, `apiVersion: v1
+			mesh.Cluster("cluster1").Apply(ctx, ns, longSvc)
+			c2.Apply(ctx, ns, longSvc)
+			c2.Apply(ctx, ns, `apiVersion: v1
 kind: Pod
 metadata:
   name: long
@@ -234,62 +250,63 @@ spec:
     # of a connection.
     command: ["sh", "-c", "while true; do nc -l -p 9000; echo closed; done"]
 `)
-		Eventually(func(g Gomega) {
-			p, err := c2.Kube.CoreV1().Pods(ns).Get(ctx, "long", metav1.GetOptions{})
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "cluster2's long pod: %+v", p.Status)
-		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
-		// One connection, a line a second, from cluster1 to cluster2 by
-		// name, in the background of the client's pod.
-		_, errOut, err := client.Exec(ctx, "sh", "-c",
-			`setsid sh -c 'i=0; while true; do echo ping $i; i=$((i+1)); sleep 1; done | nc long.`+ns+`.svc.cluster.local 9000' </dev/null >/dev/null 2>&1 &`)
-		Expect(err).NotTo(HaveOccurred(), "starting the long connection: %s", errOut)
-		var pings int
-		Eventually(func(g Gomega) {
-			var closed int
-			pings, closed = longLog(ctx, g, c2, ns)
-			g.Expect(pings).To(BeNumerically(">=", 5), "the long connection from cluster1 carries no lines to cluster2's long pod")
-			g.Expect(closed).To(BeZero(), "the long connection closed before istiod restarted")
-		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+			Eventually(func(g Gomega) {
+				p, err := c2.Kube.CoreV1().Pods(ns).Get(ctx, "long", metav1.GetOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "cluster2's long pod: %+v", p.Status)
+			}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+			// One connection, a line a second, from cluster1 to cluster2 by
+			// name, in the background of the client's pod.
+			_, errOut, err := client.Exec(ctx, "sh", "-c",
+				`setsid sh -c 'i=0; while true; do echo ping $i; i=$((i+1)); sleep 1; done | nc long.`+ns+`.svc.cluster.local 9000' </dev/null >/dev/null 2>&1 &`)
+			Expect(err).NotTo(HaveOccurred(), "starting the long connection: %s", errOut)
+			var pings int
+			Eventually(func(g Gomega) {
+				var closed int
+				pings, closed = longLog(ctx, g, c2, ns)
+				g.Expect(pings).To(BeNumerically(">=", 5), "the long connection from cluster1 carries no lines to cluster2's long pod")
+				g.Expect(closed).To(BeZero(), "the long connection closed before istiod restarted")
+			}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 
-		for _, c := range mesh.Primaries() {
-			restartIstiod(ctx, c)
-		}
-		atRestart := pings
-		Eventually(func(g Gomega) {
-			var closed int
-			pings, closed = longLog(ctx, g, c2, ns)
-			g.Expect(closed).To(BeZero(), "the long connection closed across istiod's restart")
-			g.Expect(pings).To(BeNumerically(">=", atRestart+15), "the long connection stopped carrying lines after istiod's restart")
-		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
+			for _, c := range mesh.Primaries() {
+				restartIstiod(ctx, c)
+			}
+			atRestart := pings
+			Eventually(func(g Gomega) {
+				var closed int
+				pings, closed = longLog(ctx, g, c2, ns)
+				g.Expect(closed).To(BeZero(), "the long connection closed across istiod's restart")
+				g.Expect(pings).To(BeNumerically(">=", atRestart+15), "the long connection stopped carrying lines after istiod's restart")
+			}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
 
-		// Resync: a workload made after the restart is known only from the
-		// new istiods.
-		fresh := remoteOnlyEcho(ctx, mesh, ns, "fresh")
-		target := meshtest.Address("fresh."+ns+".svc.cluster.local", meshtest.EchoServicePort)
-		target.Expect = "meshtest-echo cluster=cluster2 "
-		Eventually(client).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(2*time.Second).Should(meshtest.Reach(target),
-			"a Service made after istiod's restart (cluster1's ClusterIP %s, endpoints only in cluster2) is unreachable: the proxy did not resync", fresh.ServiceIP)
-		_, closed := longLog(ctx, Default, c2, ns)
-		Expect(closed).To(BeZero(), "the long connection closed")
-	})
+			// Resync: a workload made after the restart is known only from the
+			// new istiods.
+			fresh := remoteOnlyEcho(ctx, mesh, ns, "fresh")
+			target := meshtest.Address("fresh."+ns+".svc.cluster.local", meshtest.EchoServicePort)
+			target.Expect = "meshtest-echo cluster=cluster2 "
+			Eventually(client).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(2*time.Second).Should(meshtest.Reach(target),
+				"a Service made after istiod's restart (cluster1's ClusterIP %s, endpoints only in cluster2) is unreachable: the proxy did not resync", fresh.ServiceIP)
+			_, closed := longLog(ctx, Default, c2, ns)
+			Expect(closed).To(BeZero(), "the long connection closed")
+		})
 
-	It("uninstall removes ztunnel, istio-cni, istiod and istio-base", func() {
-		var res installOutput
-		meshctlJSON(&res, "uninstall", "--env", aenv)
-		var got []string
-		for _, c := range res.Clusters {
-			for _, r := range c.Releases {
-				if strings.HasPrefix(r.Name, "istio") || r.Name == "ztunnel" {
-					got = append(got, c.Cluster+"/"+r.Name+"="+r.Action)
+		It("uninstall removes ztunnel, istio-cni, istiod and istio-base", func() {
+			var res installOutput
+			meshctlJSON(&res, "uninstall", "--env", aenv)
+			var got []string
+			for _, c := range res.Clusters {
+				for _, r := range c.Releases {
+					if strings.HasPrefix(r.Name, "istio") || r.Name == "ztunnel" {
+						got = append(got, c.Cluster+"/"+r.Name+"="+r.Action)
+					}
 				}
 			}
-		}
-		Expect(got).To(ConsistOf(
-			"cluster1/ztunnel=uninstalled", "cluster1/istio-cni=uninstalled", "cluster1/istiod=uninstalled", "cluster1/istio-base=uninstalled",
-			"cluster2/ztunnel=uninstalled", "cluster2/istio-cni=uninstalled", "cluster2/istiod=uninstalled", "cluster2/istio-base=uninstalled"))
+			Expect(got).To(ConsistOf(
+				"cluster1/ztunnel=uninstalled", "cluster1/istio-cni=uninstalled", "cluster1/istiod=uninstalled", "cluster1/istio-base=uninstalled",
+				"cluster2/ztunnel=uninstalled", "cluster2/istio-cni=uninstalled", "cluster2/istiod=uninstalled", "cluster2/istio-base=uninstalled"))
+		})
 	})
-})
+}
 
 // globalLabel marks a Service global, as Istio's ambient multicluster
 // guide does: Istio's ambient profile (meshConfig.serviceScopeConfigs)

@@ -12,7 +12,7 @@
 //	MESHCTL_E2E_TEST_IMAGE      image pushed to the registry (default meshctl/busybox:latest)
 //	MESHCTL_E2E_ENV             environment name, prefix of every cluster (default e2e)
 //	MESHCTL_E2E_REGISTRY_PORT   host port of the lifecycle specs' registry (default 5001; the
-//	                            meshtest and existing-cluster specs use the next two)
+//	                            existing-cluster specs use that port + 2)
 //	MESHCTL_E2E_KEEP            keep the clusters after the suite (debugging)
 //	MESHCTL_E2E_ARTIFACTS       artifacts directory (default: a new temporary one)
 //	MESHCTL_E2E_REQUIRE         fail, instead of skipping, when the suite cannot run

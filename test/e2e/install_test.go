@@ -148,6 +148,8 @@ var _ = Describe("the dataplane install", Ordered, slow, func() {
 		Expect(echo).To(HaveLen(2))
 	})
 
+	meshtestSpecs(instEnv, func() *meshtest.Env { return mesh })
+
 	It("rejects bad values before touching any cluster, naming the key or file", func() {
 		_, errOut, err := meshctlResult("install", "--env", instEnv, "--set", "global.meshId=typo")
 		Expect(err).To(HaveOccurred())
@@ -246,9 +248,9 @@ var _ = Describe("the dataplane install", Ordered, slow, func() {
 
 	meshedServiceSpecs(func() *meshtest.Env { return mesh })
 
-	// Last: what `down --uninstall-only` leaves is the clusters as they
-	// were before meshctl installed anything (the container's teardown
-	// deletes them afterwards, which also shows their records stayed).
+	// What `down --uninstall-only` leaves is the clusters as they were
+	// before meshctl installed anything: the ambient specs then install
+	// Istio on them with `up`, which also shows their records stayed.
 	It("down --uninstall-only removes the charts, meshctl's objects and the image, and keeps the clusters", func(ctx SpecContext) {
 		var res struct {
 			Deleted     []string `json:"deleted"`
@@ -279,6 +281,10 @@ var _ = Describe("the dataplane install", Ordered, slow, func() {
 			Expect(nodeImages(n)).NotTo(HaveKey("docker.io/"+first.Image), "node %s", n)
 		}
 	})
+
+	// On what uninstall-only left: Istio's ambient mode, meshctl's proxy as
+	// ztunnel.
+	ambientSpecs(instEnv, func() *meshtest.Env { return mesh })
 })
 
 // nodeImages lists the images in a kind node's containerd (the CRI's

@@ -58,13 +58,44 @@ func ensureIstioSecurityCRDs(ctx context.Context, m *meshtest.Env) {
 	for _, c := range m.Clusters() {
 		dc, err := dynamic.NewForConfig(c.Config)
 		Expect(err).NotTo(HaveOccurred())
-		_, err = dc.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}).
-			Get(ctx, "authorizationpolicies.security.istio.io", metav1.GetOptions{})
+		_, err = dc.Resource(customResourceDefinitions).Get(ctx, "authorizationpolicies.security.istio.io", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			c.Apply(ctx, "", istioSecurityCRDs)
 			continue
 		}
 		Expect(err).NotTo(HaveOccurred(), "cluster %s", c.Name)
+	}
+}
+
+var customResourceDefinitions = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// removeIstioSecurityCRDs deletes the minimal CRDs ensureIstioSecurityCRDs
+// applied (not Helm's: those carry app.kubernetes.io/managed-by=Helm) and
+// waits until they are gone: Istio's base chart refuses to install over
+// CRDs no Helm release owns.
+func removeIstioSecurityCRDs(ctx context.Context, m *meshtest.Env) {
+	GinkgoHelper()
+	for _, c := range m.Clusters() {
+		dc, err := dynamic.NewForConfig(c.Config)
+		Expect(err).NotTo(HaveOccurred())
+		crds := dc.Resource(customResourceDefinitions)
+		for _, name := range []string{"authorizationpolicies.security.istio.io", "peerauthentications.security.istio.io"} {
+			crd, err := crds.Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			Expect(err).NotTo(HaveOccurred(), "cluster %s: CRD %s", c.Name, name)
+			if crd.GetLabels()["app.kubernetes.io/managed-by"] == "Helm" {
+				continue
+			}
+			if err := crds.Delete(ctx, name, metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+				Expect(err).NotTo(HaveOccurred(), "cluster %s: deleting CRD %s", c.Name, name)
+			}
+			Eventually(func() bool {
+				_, err := crds.Get(ctx, name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(BeTrue(), "cluster %s: CRD %s is not gone", c.Name, name)
+		}
 	}
 }
 

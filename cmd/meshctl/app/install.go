@@ -191,18 +191,20 @@ func printReleases(w io.Writer, res *installer.Result) error {
 }
 
 // failedClusters turns a result with failed clusters into the command's
-// error, after the result has been printed.
+// error, after the result has been printed. The error names each cluster's
+// cause too: with -o json the printed result is on stdout, where a reader
+// of stderr (a CI log, a test's failure message) does not look.
 func failedClusters(what string, res *installer.Result) error {
 	var failed []string
 	for _, c := range res.Clusters {
 		if c.Error != "" {
-			failed = append(failed, c.Cluster)
+			failed = append(failed, fmt.Sprintf("%s (%s)", c.Cluster, c.Error))
 		}
 	}
 	if len(failed) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s failed in cluster(s) %s (see above)", what, strings.Join(failed, ", "))
+	return fmt.Errorf("%s failed in cluster(s) %s", what, strings.Join(failed, "; "))
 }
 
 // uninstallOptions are uninstall's flags.
