@@ -112,8 +112,28 @@ func New(t testing.TB) *rest.Config {
 	return env.Config
 }
 
+// errPortTaken marks a start that failed because etcd or kube-apiserver
+// found its port taken.
+var errPortTaken = errors.New("port taken")
+
 // Start starts etcd and kube-apiserver and waits until /readyz is ok (or ctx ends).
-func Start(ctx context.Context) (_ *Env, err error) {
+//
+// The ports come from listening on port 0 and closing the listener, since
+// etcd and kube-apiserver take a port only by number: between the close and
+// their bind another process (a test package running beside this one) may
+// take it. Such a start is retried on new ports, up to three times.
+func Start(ctx context.Context) (*Env, error) {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var env *Env
+		if env, err = startOnce(ctx); err == nil || !errors.Is(err, errPortTaken) {
+			return env, err
+		}
+	}
+	return nil, err
+}
+
+func startOnce(ctx context.Context) (_ *Env, err error) {
 	t0 := time.Now()
 	etcdBin, apiBin, err := Binaries()
 	if err != nil {
@@ -129,7 +149,7 @@ func Start(ctx context.Context) (_ *Env, err error) {
 			_ = env.Stop()
 		}
 	}()
-	ports, err := freePorts(3)
+	ports, err := pickPorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +233,11 @@ func (e *Env) waitReady(ctx context.Context, cfg *rest.Config) error {
 			select {
 			case werr := <-ch:
 				name := filepath.Base(e.procs[i].Path)
-				return fmt.Errorf("testenv: %s exited early (%v); log tail:\n%s", name, werr, tail(filepath.Join(e.Dir, logName(name)), 20))
+				log := tail(filepath.Join(e.Dir, logName(name)), 20)
+				if strings.Contains(log, "address already in use") {
+					return fmt.Errorf("testenv: %s exited early (%v): %w; log tail:\n%s", name, werr, errPortTaken, log)
+				}
+				return fmt.Errorf("testenv: %s exited early (%v); log tail:\n%s", name, werr, log)
 			default:
 			}
 		}
@@ -276,6 +300,9 @@ func (e *Env) Stop() error {
 	})
 	return nil
 }
+
+// pickPorts is freePorts; a test replaces it to hand out a taken port.
+var pickPorts = freePorts
 
 func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
