@@ -3,7 +3,6 @@ package mesh
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
@@ -131,16 +130,7 @@ func (d *Down) uninstallKept(ctx context.Context, env string) error {
 	if err != nil {
 		return fmt.Errorf("uninstalling meshctl's charts: %w", err)
 	}
-	var failed []string
-	for _, c := range res.Clusters {
-		if c.Error != "" {
-			failed = append(failed, fmt.Sprintf("%s (%s)", c.Cluster, c.Error))
-		}
-	}
-	if len(failed) > 0 {
-		return fmt.Errorf("uninstall failed in cluster(s) %s", strings.Join(failed, "; "))
-	}
-	return nil
+	return res.Err("uninstall")
 }
 
 // Status reads an environment: its clusters, nodes, networks and subnets.

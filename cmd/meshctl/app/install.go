@@ -124,7 +124,7 @@ func installFailed(r *mesh.InstallReport) error {
 	if r.Istio != nil {
 		cs = append(slices.Clone(cs), r.Istio.Clusters...)
 	}
-	return failedClusters("install", &installer.Result{Clusters: cs})
+	return (&installer.Result{Clusters: cs}).Err("install")
 }
 
 func printInstall(w io.Writer, r *mesh.InstallReport) error {
@@ -190,23 +190,6 @@ func printReleases(w io.Writer, res *installer.Result) error {
 	return nil
 }
 
-// failedClusters turns a result with failed clusters into the command's
-// error, after the result has been printed. The error names each cluster's
-// cause too: with -o json the printed result is on stdout, where a reader
-// of stderr (a CI log, a test's failure message) does not look.
-func failedClusters(what string, res *installer.Result) error {
-	var failed []string
-	for _, c := range res.Clusters {
-		if c.Error != "" {
-			failed = append(failed, fmt.Sprintf("%s (%s)", c.Cluster, c.Error))
-		}
-	}
-	if len(failed) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%s failed in cluster(s) %s", what, strings.Join(failed, "; "))
-}
-
 // uninstallOptions are uninstall's flags.
 type uninstallOptions struct {
 	Namespace string
@@ -247,7 +230,7 @@ Secret and the namespace stay.`,
 			if err := print(g.streams.Out, o.Output, res, func(w io.Writer) error { return printReleases(w, res) }); err != nil {
 				return err
 			}
-			return failedClusters("uninstall", res)
+			return res.Err("uninstall")
 		},
 	}
 	f := flags{cmd.Flags()}

@@ -123,6 +123,24 @@ type Result struct {
 	Clusters []ClusterResult `json:"clusters"`
 }
 
+// Err is the error of a result with failed clusters (nil without), naming
+// each failed cluster with its cause: what ran is the verb ("install").
+// The cause is in the message itself, not only in the printed result: with
+// -o json that is on stdout, where a reader of stderr (a CI log, a test's
+// failure message) does not look.
+func (r *Result) Err(what string) error {
+	var failed []string
+	for _, c := range r.Clusters {
+		if c.Error != "" {
+			failed = append(failed, fmt.Sprintf("%s (%s)", c.Cluster, c.Error))
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s failed in cluster(s) %s", what, strings.Join(failed, "; "))
+}
+
 // ClusterResult is one cluster's outcome.
 type ClusterResult struct {
 	Cluster   string          `json:"cluster"`
