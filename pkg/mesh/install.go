@@ -44,16 +44,26 @@ type InstallReport struct {
 // Failed lists the clusters whose install failed.
 func (r *InstallReport) Failed() []string {
 	var out []string
-	cs := r.Clusters
-	if r.Istio != nil {
-		cs = append(slices.Clone(cs), r.Istio.Clusters...)
-	}
-	for _, c := range cs {
+	for _, c := range r.results() {
 		if c.Error != "" && !slices.Contains(out, c.Cluster) {
 			out = append(out, c.Cluster)
 		}
 	}
 	return out
+}
+
+// Err is the install's error when a cluster failed (nil otherwise), naming
+// each failed cluster with its cause, the dataplane's and Istio's.
+func (r *InstallReport) Err() error {
+	return (&installer.Result{Clusters: r.results()}).Err("install")
+}
+
+// results are the dataplane's cluster results, then Istio's.
+func (r *InstallReport) results() []installer.ClusterResult {
+	if r.Istio == nil {
+		return r.Clusters
+	}
+	return append(slices.Clone(r.Clusters), r.Istio.Clusters...)
 }
 
 // install installs meshctl's charts into every cluster of plan, in parallel:

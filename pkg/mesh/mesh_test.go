@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -297,5 +298,24 @@ func TestDownUninstallsBeforeDeleting(t *testing.T) {
 				t.Errorf("the provider's Down ran after the Helm step failed: %q", p.downs)
 			}
 		})
+	}
+}
+
+// An install's error names each failed cluster with its cause, the
+// dataplane's and Istio's, and Failed lists each cluster once.
+func TestInstallReportErrNamesTheDataplanesAndIstiosCauses(t *testing.T) {
+	r := &InstallReport{
+		Clusters: []installer.ClusterResult{{Cluster: "cluster1", Error: "meshctl-cni: timed out"}, {Cluster: "cluster2"}},
+		Istio:    &IstioReport{Clusters: []installer.ClusterResult{{Cluster: "cluster1", Error: "istiod: timed out"}, {Cluster: "cluster2"}}},
+	}
+	want := "install failed in cluster(s) cluster1 (meshctl-cni: timed out); cluster1 (istiod: timed out)"
+	if err := r.Err(); err == nil || err.Error() != want {
+		t.Fatalf("Err = %v, want %q", err, want)
+	}
+	if got := r.Failed(); !slices.Equal(got, []string{"cluster1"}) {
+		t.Fatalf("Failed = %v, want [cluster1]", got)
+	}
+	if err := (&InstallReport{Clusters: []installer.ClusterResult{{Cluster: "cluster1"}}}).Err(); err != nil {
+		t.Fatalf("no failed cluster: got %v", err)
 	}
 }

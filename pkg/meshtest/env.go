@@ -231,8 +231,8 @@ func up(ctx context.Context, p provider, logger log.Logger, cfg config, plan *mo
 		return d, fmt.Errorf("meshtest: %w", err)
 	}
 	if res.Install != nil {
-		if failed := res.Install.Failed(); len(failed) > 0 {
-			return d, fmt.Errorf("meshtest: environment %q is up, but installing the dataplane failed in cluster(s) %s", plan.Env, strings.Join(failed, ", "))
+		if err := res.Install.Err(); err != nil {
+			return d, fmt.Errorf("meshtest: environment %q is up, but the dataplane's %w", plan.Env, err)
 		}
 	}
 	return d, nil

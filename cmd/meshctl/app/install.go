@@ -3,7 +3,6 @@ package app
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -88,7 +87,7 @@ with certificates and configuration from istiod.`,
 			if err := print(g.streams.Out, o.Output, report, func(w io.Writer) error { return printInstall(w, report) }); err != nil {
 				return err
 			}
-			return installFailed(report)
+			return report.Err()
 		},
 	}
 	f := flags{cmd.Flags()}
@@ -115,16 +114,6 @@ func (o *installFlags) addFlags(f flags) {
 
 func (o *installFlags) addTimeoutFlag(f flags, usage string) {
 	f.durationVar(&o.Timeout, "install-timeout", installer.DefaultTimeout, usage)
-}
-
-// installFailed is install's error once the report is printed: which
-// clusters failed.
-func installFailed(r *mesh.InstallReport) error {
-	cs := r.Clusters
-	if r.Istio != nil {
-		cs = append(slices.Clone(cs), r.Istio.Clusters...)
-	}
-	return (&installer.Result{Clusters: cs}).Err("install")
 }
 
 func printInstall(w io.Writer, r *mesh.InstallReport) error {

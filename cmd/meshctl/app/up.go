@@ -90,7 +90,7 @@ and deletes what this run created, unless --retain. Ctrl-C does the same.`,
 				return err
 			}
 			if out.Install != nil {
-				return installFailed(out.Install)
+				return out.Install.Err()
 			}
 			return nil
 		},
