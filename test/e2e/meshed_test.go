@@ -58,7 +58,7 @@ func ensureIstioSecurityCRDs(ctx context.Context, m *meshtest.Env) {
 	for _, c := range m.Clusters() {
 		dc, err := dynamic.NewForConfig(c.Config)
 		Expect(err).NotTo(HaveOccurred())
-		_, err = dc.Resource(customResourceDefinitions).Get(ctx, "authorizationpolicies.security.istio.io", metav1.GetOptions{})
+		_, err = dc.Resource(customResourceDefinitions).Get(ctx, authorizationPolicies.GroupResource().String(), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			c.Apply(ctx, "", istioSecurityCRDs)
 			continue
@@ -79,7 +79,8 @@ func removeIstioSecurityCRDs(ctx context.Context, m *meshtest.Env) {
 		dc, err := dynamic.NewForConfig(c.Config)
 		Expect(err).NotTo(HaveOccurred())
 		crds := dc.Resource(customResourceDefinitions)
-		for _, name := range []string{"authorizationpolicies.security.istio.io", "peerauthentications.security.istio.io"} {
+		for _, r := range []schema.GroupVersionResource{authorizationPolicies, peerAuthentications} {
+			name := r.GroupResource().String() // the CRD's name
 			crd, err := crds.Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
 				continue
