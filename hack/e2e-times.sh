@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# hack/e2e-times.sh REPORT.json: how long each container of an e2e run took,
+# from the JSON report ginkgo writes, e.g.
+#
+#   make e2e E2E_ARGS='--json-report=/tmp/e2e.json' && hack/e2e-times.sh /tmp/e2e.json
+#
+# A container's time runs from its first spec's start (its BeforeAll
+# included) to its last spec's end (its cleanup included); nested containers
+# count apart from the one they are in. The last line is the suite's own
+# run time. README's e2e figures are this script's output.
+set -euo pipefail
+[[ $# == 1 && -f $1 ]] || { echo "usage: hack/e2e-times.sh REPORT.json (ginkgo's --json-report)" >&2; exit 2; }
+jq -r '
+  # RFC 3339 with nanoseconds, to seconds since the epoch
+  def secs: capture("^(?<s>[^.Z+]+)(?<f>\\.[0-9]+)?") | (.s + "Z" | fromdateiso8601) + ((.f // "0") | tonumber);
+  .[0] as $r
+  | [$r.SpecReports[] | select(.LeafNodeType == "It")
+     | {c: ((.ContainerHierarchyTexts // []) | join(" / ")), start: (.StartTime | secs), end: (.EndTime | secs), state: .State}]
+  | group_by(.c)
+  | map({c: .[0].c, start: (map(.start) | min), end: (map(.end) | max), n: length,
+         passed: (map(select(.state == "passed")) | length)})
+  | sort_by(.start)
+  | (.[] | "\(.end - .start | round | tostring | (" " * (5 - length)) + .) s  \(.passed)/\(.n) passed  \(.c)"),
+    "suite: \($r.RunTime / 1e9 | round) s"
+' "$1"
