@@ -77,7 +77,7 @@ bench:
 # dependencies stay out of meshctl's go.mod) and built from the module proxy.
 # shellcheck comes from Debian (apt-get install shellcheck; .ci/run installs it).
 STATICCHECK := _output/tools/staticcheck
-SHELL_SCRIPTS = .ci/run hack/e2e/files/runc-nocap-sysresource $(shell git ls-files '*.sh')
+SHELL_SCRIPTS = .ci/run $(shell git ls-files '*.sh')
 
 # The README's performance table: the HBONE benchmarks N times, interleaved,
 # min/median/max of every figure and ratio (N=5 by default; see hack/bench.sh).

@@ -176,7 +176,7 @@ grep -v "$(echo "$REGISTRY_IMAGE" | tr '/:' '__')" "$WORK/preload" >"$WORK/prelo
 # ---- node image --------------------------------------------------------------------------
 NODE_KEY=$( (hash_files "$ROOTFS_TAR" "$KB/kubelet" "$KB/kubeadm" "$KB/kubectl";
   cat "$WORK/preload.node"; find "$KIND_SRC/images/base/files" -type f -print0 | sort -z | xargs -0 cat | sha256sum;
-  cat "$0" "$E2E_DIR/files/"* "$E2E_DIR/kindconst/main.go") | sha256sum | cut -c1-16)
+  cat "$0" "$E2E_DIR/runcwrap/main.go" "$E2E_DIR/kindconst/main.go") | sha256sum | cut -c1-16)
 if [ "$(image_key "$NODE_IMAGE")" = "$NODE_KEY" ]; then
   log "node image cached: $NODE_IMAGE"
 else
@@ -203,7 +203,7 @@ else
   ln -sf /usr/bin/containerd-shim-runc-v2 "$r/usr/local/bin/containerd-shim-runc-v2"
   install -m 0755 "$KB"/{kubelet,kubeadm,kubectl} "$r/usr/bin/"
   cp -a "$r"/usr/lib/cni/. "$r/opt/cni/bin/"
-  install -m 0755 "$E2E_DIR/files/runc-nocap-sysresource" "$r/usr/local/sbin/runc-nocap-sysresource"
+  install -m 0755 "$(runc_wrapper)" "$r/usr/local/sbin/runc-nocap-sysresource"
   ln -sf /usr/lib/systemd/systemd "$r/sbin/init"
   # containerd: the CRI base spec kind generates; pause; the fixes for a VM without CAP_SYS_RESOURCE
   chroot "$r" ctr oci spec | jq '.hooks.createContainer[.hooks.createContainer| length] |= . + {"path": "/kind/bin/mount-product-files.sh"}' \

@@ -37,7 +37,12 @@ mount_cgroup_v1() {
 }
 
 install_runc_wrapper() {
-  install -m 0755 "$E2E_DIR/files/runc-nocap-sysresource" /usr/local/sbin/runc-nocap-sysresource
+  local bin dst=/usr/local/sbin/runc-nocap-sysresource
+  command -v go >/dev/null || die "go is not on PATH (the runc wrapper is built from hack/e2e/runcwrap)"
+  bin=$(runc_wrapper)
+  # a new file renamed over the old one: dockerd may be running the old one right now
+  install -m 0755 "$bin" "$dst.new" || die "cannot install $dst.new"
+  mv -f "$dst.new" "$dst" || die "cannot rename $dst.new to $dst"
 }
 
 write_daemon_json() {

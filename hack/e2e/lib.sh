@@ -51,3 +51,13 @@ kind_src() {
   fi
   echo "$d"
 }
+
+# runc_wrapper: build hack/e2e/runcwrap (static, CGO_ENABLED=0 above) into the cache and
+# print its path. The host's dockerd and the node image's containerd run the same binary.
+runc_wrapper() {
+  local out=$CACHE/bin/runc-nocap-sysresource
+  mkdir -p "$CACHE/bin"
+  go build -C "$E2E_DIR/runcwrap" -trimpath -ldflags=-s -o "$out.tmp" . >&2 || die "cannot build hack/e2e/runcwrap"
+  mv "$out.tmp" "$out"
+  echo "$out"
+}
