@@ -150,6 +150,10 @@ func TestKindConfig(t *testing.T) {
 	if len(cfg.ContainerdConfigPatches) != 1 || !strings.Contains(cfg.ContainerdConfigPatches[0], `config_path = "/etc/containerd/certs.d"`) {
 		t.Errorf("registry patch: %q", cfg.ContainerdConfigPatches)
 	}
+	if len(cfg.KubeadmConfigPatches) != 2 || !strings.Contains(cfg.KubeadmConfigPatches[0], "PublicKeysECDSA: true") ||
+		!strings.Contains(cfg.KubeadmConfigPatches[1], "encryptionAlgorithm: ECDSA-P256") {
+		t.Errorf("kubeadm patches: %q", cfg.KubeadmConfigPatches)
+	}
 	p.Registry.Enabled = false
 	if cfg := p.KindConfig(p.Clusters[0]); len(cfg.ContainerdConfigPatches) != 0 {
 		t.Errorf("patch without registry: %q", cfg.ContainerdConfigPatches)
