@@ -1,6 +1,10 @@
 package e2e
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -80,6 +84,27 @@ var _ = Describe("the cluster lifecycle", Ordered, slow, func() {
 			for _, n := range c.Nodes {
 				Expect(n.PodCIDRs).NotTo(BeEmpty(), "node %s", n.Name)
 				Expect(n.PodCIDRs[0]).To(HavePrefix(fmt.Sprintf("10.%d.", 10*(i+1))))
+			}
+		}
+	})
+
+	It("gives every cluster ECDSA P-256 keys: its CA and the kubeconfig's client certificate", func() {
+		for _, c := range res.Clusters {
+			kc, err := clientcmd.LoadFromFile(c.Kubeconfig)
+			Expect(err).NotTo(HaveOccurred(), c.Name)
+			kctx := kc.Contexts[kc.CurrentContext]
+			Expect(kctx).NotTo(BeNil(), "%s: no current context", c.Name)
+			pems := map[string][]byte{
+				"CA":                 kc.Clusters[kctx.Cluster].CertificateAuthorityData,
+				"client certificate": kc.AuthInfos[kctx.AuthInfo].ClientCertificateData,
+			}
+			for what, data := range pems {
+				block, _ := pem.Decode(data)
+				Expect(block).NotTo(BeNil(), "%s: %s is not PEM", c.Name, what)
+				cert, err := x509.ParseCertificate(block.Bytes)
+				Expect(err).NotTo(HaveOccurred(), "%s: %s", c.Name, what)
+				Expect(cert.PublicKeyAlgorithm).To(Equal(x509.ECDSA), "%s: %s key", c.Name, what)
+				Expect(cert.PublicKey.(*ecdsa.PublicKey).Curve).To(Equal(elliptic.P256()), "%s: %s curve", c.Name, what)
 			}
 		}
 	})
