@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
@@ -66,7 +67,7 @@ func (p *Plan) KindConfig(c ClusterPlan) *v1alpha4.Cluster {
 			PodSubnet:     strings.Join(c.PodSubnets, ","),
 			ServiceSubnet: strings.Join(c.ServiceSubnets, ","),
 		},
-		KubeadmConfigPatches: ecdsaKeyPatches,
+		KubeadmConfigPatches: slices.Clone(ecdsaKeyPatches),
 	}
 	add := func(role v1alpha4.NodeRole, n int) {
 		for range n {
