@@ -181,7 +181,7 @@ func fix(data []byte, inProcess bool) ([]byte, bool, error) {
 	if inProcess {
 		p, ok := doc["process"].(map[string]any)
 		if !ok {
-			return nil, false, nil
+			return data, false, nil
 		}
 		proc = p
 	}
