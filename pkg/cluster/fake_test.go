@@ -275,6 +275,9 @@ type fakeDocker struct {
 type fakeLock struct {
 	id     string
 	labels map[string]string
+	// removing: a `container rm` of it is under way; its name is still
+	// taken, and another rm is refused, as the engine does.
+	removing bool
 }
 
 // lockCommand answers the commands of the environment lock.
@@ -312,20 +315,32 @@ func (d *fakeDocker) lockCommand(args []string) ([]byte, bool, error) {
 		d.locks[name] = fakeLock{id: fmt.Sprintf("lock%d", d.lockSeq), labels: labels}
 		return []byte(d.locks[name].id + "\n"), true, nil
 	case strings.HasPrefix(call, "container inspect"):
-		name := args[len(args)-1]
-		l, ok := d.locks[name]
-		if !ok {
-			return nil, true, fmt.Errorf("docker %s: exit status 1: Error: No such container: %s", call, name)
+		ref := args[len(args)-1] // a name or an ID
+		for name, l := range d.locks {
+			if name == ref || l.id == ref {
+				js, _ := json.Marshal(l.labels)
+				return []byte(l.id + " " + string(js) + "\n"), true, nil
+			}
 		}
-		js, _ := json.Marshal(l.labels)
-		return []byte(l.id + " " + string(js) + "\n"), true, nil
+		return nil, true, fmt.Errorf("docker %s: exit status 1: Error: No such container: %s", call, ref)
 	case strings.HasPrefix(call, "container rm"):
 		id := args[len(args)-1]
 		for name, l := range d.locks {
-			if l.id == id {
-				delete(d.locks, name)
-				return []byte(id + "\n"), true, nil
+			if l.id != id {
+				continue
 			}
+			if l.removing {
+				return nil, true, fmt.Errorf("docker %s: exit status 1: Error response from daemon: removal of container %s is already in progress", call, id)
+			}
+			// The removal takes a while, during which other commands run
+			// (d.mu is held by Run, released here and taken back).
+			l.removing = true
+			d.locks[name] = l
+			d.mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+			d.mu.Lock()
+			delete(d.locks, name)
+			return []byte(id + "\n"), true, nil
 		}
 		return nil, true, fmt.Errorf("docker %s: exit status 1: Error response from daemon: No such container: %s", call, id)
 	}

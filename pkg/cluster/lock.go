@@ -251,7 +251,17 @@ func (p *Provider) dockerLock(ctx context.Context, me LockHolder) (func(), error
 			return nil, &LockedError{Env: me.Env, Holder: holder, Remove: fmt.Sprintf("`docker rm %s`", name)}
 		}
 		p.logger.Warnf("environment %q: removing the stale lock of %s: %s", me.Env, holder, why)
-		if _, err := p.docker.Run(ctx, "container", "rm", "--force", id); err != nil && !isNoSuchContainer(err) {
+		_, err = p.docker.Run(ctx, "container", "rm", "--force", id)
+		switch {
+		case err == nil, isNoSuchContainer(err):
+		case isRemovalInProgress(err):
+			// Another run judged it stale too (two runs after a killed
+			// one) and is removing it: once it is gone, both race to
+			// create theirs as usual and the loser is told who won.
+			if err := p.waitLockGone(ctx, id); err != nil {
+				return nil, fmt.Errorf("removing the stale lock %s of environment %q: %w", name, me.Env, err)
+			}
+		default:
 			return nil, fmt.Errorf("removing the stale lock %s of environment %q: %w", name, me.Env, err)
 		}
 	}
@@ -302,6 +312,32 @@ func (p *Provider) ensureLockImage(ctx context.Context) error {
 
 func isConflict(err error) bool {
 	return strings.Contains(err.Error(), "Conflict") || strings.Contains(err.Error(), "is already in use")
+}
+
+// isRemovalInProgress: Docker is removing the container for another client.
+func isRemovalInProgress(err error) bool {
+	return strings.Contains(err.Error(), "is already in progress")
+}
+
+// lockRemovalWait bounds how long a run waits for another's removal of a
+// stale lock container: an empty container goes in well under a second.
+const lockRemovalWait = 30 * time.Second
+
+// waitLockGone waits until the lock container id no longer exists.
+func (p *Provider) waitLockGone(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, lockRemovalWait)
+	defer cancel()
+	for {
+		_, err := p.docker.Run(ctx, "container", "inspect", "--format", "{{.Id}}", id)
+		if err != nil && isNoSuchContainer(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("container %s is still there after %s: %w", id, lockRemovalWait, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func isNoSuchContainer(err error) bool {

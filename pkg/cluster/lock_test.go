@@ -202,6 +202,57 @@ func TestLockRaceOnOneHost(t *testing.T) {
 	}
 }
 
+// Runs started together after a killed one (its lock container left
+// behind) all judge that lock stale and remove it at once: Docker refuses
+// all but one removal ("already in progress"). Exactly one run must take
+// the lock and every other be told who holds it, not fail on the removal.
+func TestLockRaceOverAStaleLock(t *testing.T) {
+	t.Parallel()
+	d := &fakeDocker{lockImage: true}
+	dir := t.TempDir()
+	killed := lockProvider(t, d).self("dev", "up")
+	killed.PID = 1 << 30 // gone
+	d.locks = map[string]fakeLock{LockContainer("dev"): {id: "killed", labels: labelMap(killed)}}
+	const n = 8
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won, refused := 0, 0
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			p := NewProvider(ProviderWithKind(newFakeKind()), ProviderWithDocker(d), ProviderWithArtifacts(filepath.Join(dir, fmt.Sprint(i))))
+			<-start
+			_, release, err := p.LockEnv(context.Background(), "dev", fmt.Sprintf("up-%d", i))
+			var le *LockedError
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+				t.Cleanup(release)
+			case errors.As(err, &le) && le.Holder.PID == os.Getpid() && strings.HasPrefix(le.Holder.Verb, "up-"):
+				refused++
+			default:
+				t.Errorf("racer %d: %v", i, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if won != 1 || refused != n-1 {
+		t.Errorf("%d won, %d refused; want 1 and %d", won, refused, n-1)
+	}
+	removals := 0
+	for _, c := range d.calls {
+		if c == "container rm --force killed" {
+			removals++
+		}
+	}
+	if removals < 2 {
+		t.Errorf("the stale lock was removed %d time(s): the racers did not meet at its removal", removals)
+	}
+}
+
 // lockHelperEnv makes the test binary a second meshctl process holding a
 // lock: see TestLockAcrossProcesses.
 const lockHelperEnv = "MESHCTL_TEST_LOCK_HELPER"

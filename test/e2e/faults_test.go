@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -133,70 +132,6 @@ func containerIP(node string) string {
 	Expect(err).NotTo(HaveOccurred(), out)
 	return strings.TrimSpace(out)
 }
-
-// A SIGKILLed `meshctl up` (a runner killed, the OOM killer) leaves a
-// half-created kind cluster: status names it, down removes it, and an up
-// that runs instead recreates it without --recreate.
-var _ = Describe("a killed up", Ordered, func() {
-	killed := env + "-killed"
-	args := []string{"up", "--env", killed, "--clusters", "1", "--image", suite.image,
-		"--registry=false", "--install=false", "--connect=false", "--remote-secrets=false", "--cacerts=false"}
-
-	BeforeAll(func() {
-		DeferCleanup(func() {
-			if !keep() {
-				_, _, _ = meshctlResult("down", "--env", killed)
-			}
-		})
-	})
-
-	killMidCreation := func() {
-		GinkgoHelper()
-		cmd := exec.Command(suite.meshctl, append(args, "--artifacts", suite.artifacts)...)
-		Expect(cmd.Start()).To(Succeed())
-		// Killed as soon as kind has made the node container.
-		Eventually(func() string {
-			out, _ := docker("ps", "-a", "--filter", "label=io.x-k8s.kind.cluster="+killed+"-cluster1", "--format", "{{.Names}}")
-			return strings.TrimSpace(out)
-		}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).ShouldNot(BeEmpty())
-		Expect(cmd.Process.Signal(syscall.SIGKILL)).To(Succeed())
-		_ = cmd.Wait()
-		// kind runs `docker run` as a child process, which outlives the
-		// killed meshctl: until it ends, Docker lists a node it cannot
-		// inspect (seen: "docker inspect … failed", and a delete that
-		// found nothing to delete). A user's next command comes after
-		// that; so does the test's.
-		Eventually(func() error {
-			_, err := docker("inspect", "--format", "{{.State.Status}}", killed+"-cluster1-control-plane")
-			return err
-		}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
-	}
-
-	It("is told apart from a foreign cluster and recreated by the next up, without --recreate", func() {
-		killMidCreation()
-		var st cluster.StatusResult
-		Eventually(func() string {
-			meshctlJSON(&st, "status", "--env", killed)
-			if len(st.Clusters) == 0 {
-				return ""
-			}
-			return st.Clusters[0].State
-		}).WithTimeout(time.Minute).Should(Or(Equal(cluster.StateIncomplete), Equal(cluster.StateNotReady)))
-		var res cluster.UpResult
-		meshctlJSON(&res, args...)
-		Expect(res.Clusters[0].Action).To(Equal(cluster.ActionRecreated))
-	})
-
-	It("is removed by down", func() {
-		meshctl("down", "--env", killed)
-		killMidCreation()
-		var down cluster.DownResult
-		meshctlJSON(&down, "down", "--env", killed)
-		Expect(down.Deleted).To(ConsistOf(killed + "-cluster1"))
-		out, _ := docker("ps", "-a", "--filter", "label=io.x-k8s.kind.cluster="+killed+"-cluster1", "--format", "{{.Names}}")
-		Expect(strings.TrimSpace(out)).To(BeEmpty())
-	})
-})
 
 // agentPodDeletedSpecs: deleting the dataplane's node agent pods (the
 // meshctl-cni-node DaemonSet) — the DaemonSet brings them back, meshed pods

@@ -25,6 +25,11 @@ import (
 	"github.com/meshctl/meshctl/pkg/meshtest"
 )
 
+// The lifecycle of a dual-stack environment (IPv4 first, as kind's dual
+// stack is): every node gets a pod CIDR of each family and connect routes
+// both, so the specs of routes and connectivity cover both families where a
+// container of its own took two clusters more to create (IPv6 only runs in
+// families_test.go).
 var _ = Describe("the cluster lifecycle", Ordered, slow, func() {
 	var upArgs []string
 	var res struct {
@@ -34,7 +39,7 @@ var _ = Describe("the cluster lifecycle", Ordered, slow, func() {
 	var mesh *meshtest.Env
 
 	BeforeAll(func(ctx SpecContext) {
-		upArgs = []string{"up", "--env", env, "--clusters", "2", "--image", suite.image,
+		upArgs = []string{"up", "--env", env, "--clusters", "2", "--ip-family", "dual", "--image", suite.image,
 			"--registry-image", suite.registryImage, "--registry-name", registryName, "--registry-port", registryPort, "--install=false"}
 		DeferCleanup(func() {
 			if keep() {
@@ -71,7 +76,7 @@ var _ = Describe("the cluster lifecycle", Ordered, slow, func() {
 		Expect(intermediates[1]).NotTo(Equal(intermediates[0]))
 	})
 
-	It("reports every node Ready, with pod CIDRs from the plan", func() {
+	It("reports every node Ready, with pod CIDRs of each family from the plan", func() {
 		var st cluster.StatusResult
 		Eventually(func(g Gomega) {
 			meshctlJSON(&st, "status", "--env", env, "--registry-name", registryName)
@@ -80,9 +85,11 @@ var _ = Describe("the cluster lifecycle", Ordered, slow, func() {
 		Expect(st.Registry).NotTo(BeNil())
 		Expect(st.Registry.Running).To(BeTrue())
 		for i, c := range st.Clusters {
-			Expect(c.PodSubnets).To(Equal([]string{fmt.Sprintf("10.%d.0.0/16", 10*(i+1))}))
+			Expect(c.PodSubnets).To(HaveLen(2), "cluster %s", c.Name)
+			Expect(c.PodSubnets[0]).To(Equal(fmt.Sprintf("10.%d.0.0/16", 10*(i+1))))
+			Expect(families(c.PodSubnets)).To(Equal([]string{"IPv4", "IPv6"}), "cluster %s pod subnets %v", c.Name, c.PodSubnets)
 			for _, n := range c.Nodes {
-				Expect(n.PodCIDRs).NotTo(BeEmpty(), "node %s", n.Name)
+				Expect(families(n.PodCIDRs)).To(ConsistOf("IPv4", "IPv6"), "node %s pod CIDRs %v", n.Name, n.PodCIDRs)
 				Expect(n.PodCIDRs[0]).To(HavePrefix(fmt.Sprintf("10.%d.", 10*(i+1))))
 			}
 		}
@@ -122,21 +129,25 @@ var _ = Describe("the cluster lifecycle", Ordered, slow, func() {
 		}).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
 	})
 
-	It("routes pods and services between the clusters of one network", func(ctx SpecContext) {
+	It("routes pods and services between the clusters of one network, in each family", func(ctx SpecContext) {
 		var conn routes.Result
 		meshctlJSON(&conn, "connect", "--env", env)
 		Expect(conn.Nodes).To(HaveLen(2))
 		for _, n := range conn.Nodes {
-			Expect(n.Routes).To(HaveLen(2), "node %s: a pod CIDR and a service CIDR of the peer", n.Node)
+			Expect(n.Routes).To(HaveLen(4), "node %s: a pod CIDR and a service CIDR of the peer in each family", n.Node)
 		}
 		// A pod in each cluster (it runs: the nodes start pods), answering
-		// with its cluster's and its own name.
+		// with its cluster's and its own name, at an address of each family.
 		echo := mesh.DeployEcho(ctx, mesh.CreateNamespace(ctx, "routes-", nil), "echo")
-		from, to := echo.In("cluster1"), echo.In("cluster2")
-		Expect(to.ServiceIP).To(HavePrefix("10.255.20."), "cluster2's service CIDR")
-		Eventually(from).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(to.PodTarget()))
-		Eventually(from).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(to.ServiceTarget()))
-		Eventually(to).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(from.PodTarget()))
+		for _, pair := range [][2]string{{"cluster1", "cluster2"}, {"cluster2", "cluster1"}} {
+			from, to := echo.In(pair[0]), echo.In(pair[1])
+			Expect(families(to.PodIPs)).To(ConsistOf("IPv4", "IPv6"), "%s: pod IPs", to)
+			Expect(families(to.ServiceIPs)).To(ConsistOf("IPv4", "IPv6"), "%s: service IPs", to)
+			for _, t := range append(to.PodTargets(), to.ServiceTargets()...) {
+				Eventually(from).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(meshtest.Reach(t))
+			}
+		}
+		Expect(echo.In("cluster2").ServiceIP).To(HavePrefix("10.255.20."), "cluster2's service CIDR, IPv4 first")
 	})
 
 	It("prints kubeconfigs whose internal address works from another cluster's node", func() {
