@@ -165,4 +165,3 @@ var _ = Describe("a killed up, healed by one of two racing runs", Ordered, func(
 		Expect(strings.TrimSpace(out)).To(BeEmpty())
 	})
 })
-
