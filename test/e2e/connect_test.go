@@ -110,20 +110,27 @@ func connectSpecs(connEnv string, secrets func() *remotesecret.Result, mesh func
 		var res check.Result
 		meshctlJSON(&res, "check", "connectivity", "--env", connEnv)
 		Expect(res.OK).To(BeTrue(), "%+v", res.Probes)
-		var got []string
+		// Every pair, each path, in each family of the (dual-stack)
+		// environment.
+		var got, want []string
 		for _, p := range res.Probes {
 			Expect(p.Status).To(Equal(check.StatusOK), "%+v", p)
-			got = append(got, p.From+"→"+p.To+" "+p.Path)
+			got = append(got, p.From+"→"+p.To+" "+p.Path+" "+families([]string{p.Address})[0])
 		}
-		Expect(got).To(ConsistOf(
-			"cluster1→cluster1 pod", "cluster1→cluster1 service", "cluster1→cluster2 pod", "cluster1→cluster2 service",
-			"cluster2→cluster1 pod", "cluster2→cluster1 service", "cluster2→cluster2 pod", "cluster2→cluster2 service",
-		))
+		for _, pair := range []string{"cluster1→cluster1", "cluster1→cluster2", "cluster2→cluster1", "cluster2→cluster2"} {
+			for _, path := range []string{"pod", "service"} {
+				for _, fam := range []string{"IPv4", "IPv6"} {
+					want = append(want, pair+" "+path+" "+fam)
+				}
+			}
+		}
+		Expect(got).To(ConsistOf(want))
 		mesh().ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
 			_, err := c.Kube.CoreV1().Namespaces().Get(ctx, check.DefaultNamespace, metav1.GetOptions{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "namespace %s is still there (%v)", check.DefaultNamespace, err)
 		})
 		out := meshctl("check", "connectivity", "--env", connEnv)
 		Expect(out).To(MatchRegexp(`cluster1\s+cluster2\s+service\s+10\.255\.20\.\d+\s+ok`))
+		Expect(out).To(MatchRegexp(`cluster1\s+cluster2\s+service\s+[0-9a-f]*:[0-9a-f:]+\s+ok`))
 	})
 }
