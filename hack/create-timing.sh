@@ -23,44 +23,8 @@ while (($#)); do
 done
 up_args=("$@")
 
-# seconds of the creation step in `up`'s output ("done: Creating … (1m2.5s)")
-step_seconds() {
-	sed -n 's/.*done: Creating .*(\([0-9hms.]*\))$/\1/p' | head -1 |
-		awk '{ t = 0; s = $0
-			if (match(s, /[0-9.]+h/)) { t += substr(s, RSTART, RLENGTH - 1) * 3600 }
-			if (match(s, /[0-9.]+m[^s]/) || match(s, /[0-9.]+m$/)) { t += substr(s, RSTART, RLENGTH - 1) * 60 }
-			if (match(s, /[0-9.]+s/)) { t += substr(s, RSTART, RLENGTH - 1) }
-			printf "%.1f", t }'
-}
-
-# busy_percent is the share of CPU time not idle over the next 5 s, from
-# /proc/stat: unlike the load average, it does not lag a minute behind.
-busy_percent() {
-	local a b
-	a=$(head -1 /proc/stat)
-	sleep 5
-	b=$(head -1 /proc/stat)
-	awk -v a="$a" -v b="$b" 'BEGIN {
-		n = split(a, x, " "); split(b, y, " ")
-		for (i = 2; i <= n; i++) { t += y[i] - x[i] }
-		idle = (y[5] - x[5]) + (y[6] - x[6])
-		printf "%d", (t > 0 ? 100 * (t - idle) / t : 0) }'
-}
-
-# settle waits, at most SETTLE_MAX seconds (180), until the machine is
-# quiet (under SETTLE_BUSY percent busy, 10): a round that starts while the
-# previous one's containers are still being torn down measures that too.
-# It prints the busy percent it started at.
-settle() {
-	local busy deadline=$((SECONDS + ${SETTLE_MAX:-180}))
-	while busy=$(busy_percent) && ((busy >= ${SETTLE_BUSY:-10} && SECONDS < deadline)); do :; done
-	echo "$busy"
-}
-
-# busy_jiffies is the machine's non-idle CPU time so far, in clock ticks.
-busy_jiffies() {
-	awk '/^cpu / { for (i = 2; i <= NF; i++) { t += $i } print t - $5 - $6 }' /proc/stat
-}
+# shellcheck source=hack/timing-lib.sh
+source "$(dirname "$0")/timing-lib.sh"
 
 # create prints the creation step's seconds and the CPU-seconds the whole
 # machine spent during the `up` (the clusters' containers, docker, meshctl).
@@ -71,7 +35,7 @@ create() {
 		{ echo "$out" >&2; "$bin" down --env "ct$n" >/dev/null 2>&1 || true; exit 1; }
 	j1=$(busy_jiffies)
 	"$bin" down --env "ct$n" >/dev/null 2>&1
-	echo "$(step_seconds <<<"$out") $(((j1 - j0) / $(getconf CLK_TCK)))"
+	echo "$(step_seconds Creating <<<"$out") $(((j1 - j0) / $(getconf CLK_TCK)))"
 }
 
 echo "$(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?') one cluster vs $clusters in parallel"

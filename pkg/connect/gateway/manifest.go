@@ -78,7 +78,20 @@ func metallbObjects(controllerImage, speakerImage string) ([]*unstructured.Unstr
 	return objs, nil
 }
 
-// setContainer sets a container's image and appends an argument it lacks.
+// MetalLB's readiness probes (GET /metrics) first look 10 s after a
+// container starts and then every 10 s, so its pods turn Ready 10–20 s
+// after they run although /metrics answers within a second or two; up
+// waits for both the controller and the speakers before it applies the
+// pool. Probing after 1 s and every 2 s lets up go on as soon as they
+// serve. The liveness probes stay as shipped: a shorter one would restart
+// a container that is only slow to start on a busy machine.
+const (
+	readinessDelaySeconds  = 1
+	readinessPeriodSeconds = 2
+)
+
+// setContainer sets a container's image and readiness probe timing, and
+// appends an argument it lacks.
 func setContainer(o *unstructured.Unstructured, name, image, arg string) error {
 	cs, _, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
 	if err != nil {
@@ -90,6 +103,10 @@ func setContainer(o *unstructured.Unstructured, name, image, arg string) error {
 			continue
 		}
 		m["image"] = image
+		if probe, ok := m["readinessProbe"].(map[string]any); ok {
+			probe["initialDelaySeconds"] = float64(readinessDelaySeconds) // JSON numbers, as decoded
+			probe["periodSeconds"] = float64(readinessPeriodSeconds)
+		}
 		if arg != "" {
 			args, _, _ := unstructured.NestedStringSlice(m, "args")
 			have := false

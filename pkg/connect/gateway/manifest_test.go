@@ -96,6 +96,16 @@ func TestMetalLBObjectsRewritesImages(t *testing.T) {
 			if len(s) != 1 || s[0]["image"] != tc.speaker {
 				t.Errorf("speaker containers %v, want image %s", s, tc.speaker)
 			}
+			// Readiness probed early and often, liveness as shipped.
+			for what, cs := range map[string][]map[string]any{"controller": c, "speaker": s} {
+				ready, live := cs[0]["readinessProbe"].(map[string]any), cs[0]["livenessProbe"].(map[string]any)
+				if ready["initialDelaySeconds"] != 1.0 || ready["periodSeconds"] != 2.0 {
+					t.Errorf("%s readinessProbe %v: want initialDelaySeconds 1, periodSeconds 2", what, ready)
+				}
+				if live["initialDelaySeconds"] != 10.0 || live["periodSeconds"] != 10.0 {
+					t.Errorf("%s livenessProbe %v: want upstream's 10 s and 10 s", what, live)
+				}
+			}
 			args := s[0]["args"].([]any)
 			if !slices.Contains(args, any("--ignore-exclude-lb")) || !slices.Contains(args, any("--port=7472")) {
 				t.Errorf("speaker args %v: want upstream's plus --ignore-exclude-lb", args)
