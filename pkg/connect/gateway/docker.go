@@ -87,37 +87,51 @@ func (l *dockerLoader) LoadImages(ctx context.Context, kindName string, images .
 			have[node][n] = true
 		}
 	}
+	var inDocker []string
 	for _, image := range images {
 		if _, err := l.docker.Run(ctx, nil, "image", "inspect", "--format", "{{.Id}}", image); err != nil {
 			l.logger.V(1).Infof("%s: image %s is not in the docker engine; the nodes will pull it", kindName, image)
 			continue
 		}
-		var archive string
-		for _, node := range nodes {
-			if have[node][normalizeImage(image)] {
-				continue
+		inDocker = append(inDocker, image)
+	}
+	// One archive of every image a node lacks and one import per node: the
+	// images share layers (MetalLB's controller and speaker do), which one
+	// `docker save` writes once, and each import costs a `docker exec`.
+	archives := map[string]string{} // images, joined -> archive holding them
+	for _, node := range nodes {
+		var missing []string
+		for _, image := range inDocker {
+			if !have[node][normalizeImage(image)] {
+				missing = append(missing, image)
 			}
-			if archive == "" {
-				dir, err := os.MkdirTemp("", "meshctl-image-")
-				if err != nil {
-					return err
-				}
-				defer os.RemoveAll(dir)
-				archive = filepath.Join(dir, "image.tar")
-				if _, err := l.docker.Run(ctx, nil, "save", "-o", archive, image); err != nil {
-					return err
-				}
-			}
-			l.logger.V(1).Infof("%s: loading %s into node %s", kindName, image, node)
-			f, err := os.Open(archive)
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		key := strings.Join(missing, " ")
+		archive, ok := archives[key]
+		if !ok {
+			dir, err := os.MkdirTemp("", "meshctl-image-")
 			if err != nil {
 				return err
 			}
-			_, err = l.docker.Run(ctx, f, "exec", "-i", node, "ctr", "--namespace=k8s.io", "images", "import", "--all-platforms", "--digests", "-")
-			f.Close()
-			if err != nil {
-				return fmt.Errorf("loading %s into node %s: %w", image, node, err)
+			defer os.RemoveAll(dir)
+			archive = filepath.Join(dir, "images.tar")
+			if _, err := l.docker.Run(ctx, nil, append([]string{"save", "-o", archive}, missing...)...); err != nil {
+				return err
 			}
+			archives[key] = archive
+		}
+		l.logger.V(1).Infof("%s: loading %s into node %s", kindName, strings.Join(missing, ", "), node)
+		f, err := os.Open(archive)
+		if err != nil {
+			return err
+		}
+		_, err = l.docker.Run(ctx, f, "exec", "-i", node, "ctr", "--namespace=k8s.io", "images", "import", "--all-platforms", "--digests", "-")
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("loading %s into node %s: %w", strings.Join(missing, ", "), node, err)
 		}
 	}
 	return nil

@@ -106,8 +106,11 @@ func New(source Source, opts ...Option) *Installer {
 		controllerImage: DefaultControllerImage,
 		speakerImage:    DefaultSpeakerImage,
 		timeout:         DefaultTimeout,
-		poll:            2 * time.Second,
-		claimPause:      250 * time.Millisecond,
+		// MetalLB's pods, its webhook and a Service's address each come
+		// within seconds: a GET every half second finds them when they do
+		// (2 s cost up to 2 s at each of the three waits).
+		poll:       500 * time.Millisecond,
+		claimPause: 250 * time.Millisecond,
 	}
 	for _, o := range opts {
 		o(i)
