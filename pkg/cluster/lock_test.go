@@ -153,6 +153,44 @@ func TestLockReleaseRemovesOnlyItsOwn(t *testing.T) {
 	}
 }
 
+// raceForLock starts n runs of `up` on environment dev at once, run i
+// with artifacts directory dir(i), over d, and checks that exactly one
+// takes the lock and every other is told that one of them holds it.
+func raceForLock(t *testing.T, d *fakeDocker, n int, dir func(i int) string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won, refused := 0, 0
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			p := NewProvider(ProviderWithKind(newFakeKind()), ProviderWithDocker(d), ProviderWithArtifacts(dir(i)))
+			<-start
+			_, release, err := p.LockEnv(context.Background(), "dev", fmt.Sprintf("up-%d", i))
+			var le *LockedError
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				// Held until the test ends: a dropped release lets the
+				// collector close the lock file, and with it the flock,
+				// while the others still race.
+				won++
+				t.Cleanup(release)
+			case errors.As(err, &le) && le.Holder.PID == os.Getpid() && strings.HasPrefix(le.Holder.Verb, "up-"):
+				refused++
+			default:
+				t.Errorf("racer %d: %v", i, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if won != 1 || refused != n-1 {
+		t.Errorf("%d won, %d refused; want 1 and %d", won, refused, n-1)
+	}
+}
+
 // The host part alone, without Docker, and between goroutines: of many
 // racing for one environment exactly one wins, the rest are told who.
 func TestLockRaceOnOneHost(t *testing.T) {
@@ -162,42 +200,12 @@ func TestLockRaceOnOneHost(t *testing.T) {
 			t.Parallel()
 			d := &fakeDocker{down: shared == "artifacts (flock)"}
 			dir := t.TempDir()
-			const n = 8
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			won, refused := 0, 0
-			start := make(chan struct{})
-			for i := range n {
-				wg.Go(func() {
-					artifacts := dir
-					if !d.down {
-						artifacts = filepath.Join(dir, fmt.Sprint(i)) // a filesystem each
-					}
-					p := NewProvider(ProviderWithKind(newFakeKind()), ProviderWithDocker(d), ProviderWithArtifacts(artifacts))
-					<-start
-					_, release, err := p.LockEnv(context.Background(), "dev", fmt.Sprintf("up-%d", i))
-					var le *LockedError
-					mu.Lock()
-					defer mu.Unlock()
-					switch {
-					case err == nil:
-						// Held until the test ends: a dropped release lets
-						// the collector close the lock file, and with it the
-						// flock, while the others still race.
-						won++
-						t.Cleanup(release)
-					case errors.As(err, &le) && le.Holder.PID == os.Getpid() && strings.HasPrefix(le.Holder.Verb, "up-"):
-						refused++
-					default:
-						t.Errorf("racer %d: %v", i, err)
-					}
-				})
-			}
-			close(start)
-			wg.Wait()
-			if won != 1 || refused != n-1 {
-				t.Errorf("%d won, %d refused; want 1 and %d", won, refused, n-1)
-			}
+			raceForLock(t, d, 8, func(i int) string {
+				if d.down {
+					return dir
+				}
+				return filepath.Join(dir, fmt.Sprint(i)) // a filesystem each
+			})
 		})
 	}
 }
@@ -213,35 +221,7 @@ func TestLockRaceOverAStaleLock(t *testing.T) {
 	killed := lockProvider(t, d).self("dev", "up")
 	killed.PID = 1 << 30 // gone
 	d.locks = map[string]fakeLock{LockContainer("dev"): {id: "killed", labels: labelMap(killed)}}
-	const n = 8
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	won, refused := 0, 0
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			p := NewProvider(ProviderWithKind(newFakeKind()), ProviderWithDocker(d), ProviderWithArtifacts(filepath.Join(dir, fmt.Sprint(i))))
-			<-start
-			_, release, err := p.LockEnv(context.Background(), "dev", fmt.Sprintf("up-%d", i))
-			var le *LockedError
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				won++
-				t.Cleanup(release)
-			case errors.As(err, &le) && le.Holder.PID == os.Getpid() && strings.HasPrefix(le.Holder.Verb, "up-"):
-				refused++
-			default:
-				t.Errorf("racer %d: %v", i, err)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	if won != 1 || refused != n-1 {
-		t.Errorf("%d won, %d refused; want 1 and %d", won, refused, n-1)
-	}
+	raceForLock(t, d, 8, func(i int) string { return filepath.Join(dir, fmt.Sprint(i)) })
 	removals := 0
 	for _, c := range d.calls {
 		if c == "container rm --force killed" {
