@@ -270,14 +270,19 @@ type fakeDocker struct {
 	locks     map[string]fakeLock
 	lockImage bool
 	lockSeq   int
+	// contendedRemoval: removing a lock container lasts until another
+	// client has tried to remove it too (see lockCommand).
+	contendedRemoval bool
 }
 
 type fakeLock struct {
 	id     string
 	labels map[string]string
 	// removing: a `container rm` of it is under way; its name is still
-	// taken, and another rm is refused, as the engine does.
+	// taken, and another rm is refused, as the engine does. refused counts
+	// those.
 	removing bool
+	refused  int
 }
 
 // lockCommand answers the commands of the environment lock.
@@ -330,15 +335,21 @@ func (d *fakeDocker) lockCommand(args []string) ([]byte, bool, error) {
 				continue
 			}
 			if l.removing {
+				l.refused++
+				d.locks[name] = l
 				return nil, true, fmt.Errorf("docker %s: exit status 1: Error response from daemon: removal of container %s is already in progress", call, id)
 			}
-			// The removal takes a while, during which other commands run
-			// (d.mu is held by Run, released here and taken back).
+			// Under contendedRemoval the removal lasts until another client
+			// has tried to remove it too (at most a second), so that a race
+			// over it is met whatever the scheduling; other commands run
+			// meanwhile (d.mu is held by Run, released here and taken back).
 			l.removing = true
 			d.locks[name] = l
-			d.mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
-			d.mu.Lock()
+			for deadline := time.Now().Add(time.Second); d.contendedRemoval && d.locks[name].refused == 0 && time.Now().Before(deadline); {
+				d.mu.Unlock()
+				time.Sleep(time.Millisecond)
+				d.mu.Lock()
+			}
 			delete(d.locks, name)
 			return []byte(id + "\n"), true, nil
 		}

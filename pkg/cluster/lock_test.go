@@ -216,7 +216,7 @@ func TestLockRaceOnOneHost(t *testing.T) {
 // the lock and every other be told who holds it, not fail on the removal.
 func TestLockRaceOverAStaleLock(t *testing.T) {
 	t.Parallel()
-	d := &fakeDocker{lockImage: true}
+	d := &fakeDocker{lockImage: true, contendedRemoval: true}
 	dir := t.TempDir()
 	killed := lockProvider(t, d).self("dev", "up")
 	killed.PID = 1 << 30 // gone
