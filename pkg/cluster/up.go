@@ -352,7 +352,7 @@ func (p *Provider) heal(ctx context.Context, c model.ClusterPlan, wait time.Dura
 		if len(stopped) == 0 {
 			found = append(found, "was not ready: "+why)
 		}
-		if err := p.waitReady(ctx, c, wait, p.poll); err != nil {
+		if err := p.waitReady(ctx, c, wait, min(p.poll, createPoll)); err != nil {
 			return found, err
 		}
 	}
@@ -429,8 +429,9 @@ func (p *Provider) createAll(ctx context.Context, plan *model.Plan, create []mod
 // not create.
 var errNotOurs = errors.New("not created by this run")
 
-// createPoll is how often a cluster being created is asked whether it is
-// Ready.
+// createPoll is how often a cluster being created, or healed after its
+// nodes were started, is asked whether it is Ready: it turns Ready within
+// seconds of its last node, and a status call costs milliseconds.
 const createPoll = 500 * time.Millisecond
 
 func (p *Provider) createOne(ctx context.Context, plan *model.Plan, c model.ClusterPlan, wait time.Duration) error {
