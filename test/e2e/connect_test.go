@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -125,9 +126,15 @@ func connectSpecs(connEnv string, secrets func() *remotesecret.Result, mesh func
 			}
 		}
 		Expect(got).To(ConsistOf(want))
+		// No pod left; the namespace, being deleted, goes by itself.
 		mesh().ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
-			_, err := c.Kube.CoreV1().Namespaces().Get(ctx, check.DefaultNamespace, metav1.GetOptions{})
-			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "namespace %s is still there (%v)", check.DefaultNamespace, err)
+			pods, err := c.Kube.CoreV1().Pods(check.DefaultNamespace).List(ctx, metav1.ListOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(pods.Items).To(BeEmpty(), "pods left in %s", check.DefaultNamespace)
+			g.Eventually(func() bool {
+				_, err := c.Kube.CoreV1().Namespaces().Get(ctx, check.DefaultNamespace, metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			}).WithTimeout(time.Minute).WithPolling(time.Second).Should(BeTrue(), "namespace %s is still there", check.DefaultNamespace)
 		})
 		out := meshctl("check", "connectivity", "--env", connEnv)
 		Expect(out).To(MatchRegexp(`cluster1\s+cluster2\s+service\s+10\.255\.20\.\d+\s+ok`))

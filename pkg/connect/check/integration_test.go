@@ -92,8 +92,21 @@ func TestIntegrationServerObjects(t *testing.T) {
 	if seen == nil || len(seen.Spec.ClusterIPs) != 1 || !strings.HasPrefix(seen.Spec.ClusterIPs[0], "10.0.0.") {
 		t.Errorf("service %v, want one address from the single-stack range", seen)
 	}
-	if _, err := client.CoreV1().Namespaces().Get(ctx, DefaultNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the check's namespace is still there after the check: %v", err)
+	// No pod left, the namespace deleting (the check does not wait for the
+	// namespace controller), and gone soon after.
+	if pods, err := client.CoreV1().Pods(DefaultNamespace).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
+		t.Errorf("pods left after the check: %v, %v", pods, err)
+	}
+	ns, err := client.CoreV1().Namespaces().Get(ctx, DefaultNamespace, metav1.GetOptions{})
+	if err == nil && ns.DeletionTimestamp == nil {
+		t.Errorf("the check's namespace is not being deleted after the check")
+	}
+	for err == nil && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		_, err = client.CoreV1().Namespaces().Get(ctx, DefaultNamespace, metav1.GetOptions{})
+	}
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("the check's namespace did not go: %v", err)
 	}
 }
 

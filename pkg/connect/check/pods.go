@@ -30,15 +30,21 @@ var (
 	zero = int64(0)
 )
 
+// startDeletingNamespace deletes the check's namespace, if any, without
+// waiting for it to go.
+func (c *Checker) startDeletingNamespace(ctx context.Context, client kubernetes.Interface) error {
+	err := client.CoreV1().Namespaces().Delete(ctx, c.namespace, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting namespace %s: %w", c.namespace, err)
+	}
+	return nil
+}
+
 // deleteNamespace deletes the check's namespace and waits until it is gone.
 func (c *Checker) deleteNamespace(ctx context.Context, client kubernetes.Interface) error {
 	nss := client.CoreV1().Namespaces()
-	err := nss.Delete(ctx, c.namespace, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("deleting namespace %s: %w", c.namespace, err)
+	if err := c.startDeletingNamespace(ctx, client); err != nil {
+		return err
 	}
 	return c.wait(ctx, "namespace "+c.namespace+" to be deleted", func() (bool, string, error) {
 		_, err := nss.Get(ctx, c.namespace, metav1.GetOptions{})
@@ -46,6 +52,22 @@ func (c *Checker) deleteNamespace(ctx context.Context, client kubernetes.Interfa
 			return true, "", nil
 		}
 		return false, "still terminating", err
+	})
+}
+
+// deletePods deletes every pod of the check's namespace with a grace
+// period of 0, which removes them at once, and waits until none is listed.
+func (c *Checker) deletePods(ctx context.Context, client kubernetes.Interface) error {
+	pods := client.CoreV1().Pods(c.namespace)
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return c.wait(ctx, "the pods of namespace "+c.namespace+" to be deleted", func() (bool, string, error) {
+		list, err := pods.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return len(list.Items) == 0, fmt.Sprintf("%d left", len(list.Items)), nil
 	})
 }
 
