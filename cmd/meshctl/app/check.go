@@ -41,8 +41,10 @@ cluster on its network, its own included, by each pod IP and each service IP
 (IPv4 and IPv6). Clusters on other networks are reached through east-west
 gateways: they are listed as "via gateway", not tested (but see --meshed).
 
-Everything runs in the namespace meshctl-check, deleted afterwards (and
-before, if an interrupted run left it). The exit code is 1 when any probe
+Everything runs in the namespace meshctl-check, deleted afterwards: its pods
+at once, the namespace itself a few seconds later by the namespace
+controller, which the check does not wait for (the next check does, and
+removes what an interrupted run left). The exit code is 1 when any probe
 fails; the output names each failed pair and what nc said.
 
 With --meshed the namespace is in the ambient mesh (labelled
