@@ -318,10 +318,10 @@ func (c *Checker) cleanup(runs []*run) {
 			return nil
 		}
 		if err := c.deletePods(ctx, r.client); err != nil {
-			c.logger.Warnf("cluster %q: deleting the pods of namespace %s: %v", r.plan.Name, c.namespace, err)
+			c.logger.Warnf("cluster %q: %v", r.plan.Name, err)
 		}
 		if err := c.startDeletingNamespace(ctx, r.client); err != nil {
-			c.logger.Warnf("cluster %q: deleting namespace %s: %v", r.plan.Name, c.namespace, err)
+			c.logger.Warnf("cluster %q: %v", r.plan.Name, err)
 		}
 		return nil
 	})

@@ -60,7 +60,7 @@ func (c *Checker) deleteNamespace(ctx context.Context, client kubernetes.Interfa
 func (c *Checker) deletePods(ctx context.Context, client kubernetes.Interface) error {
 	pods := client.CoreV1().Pods(c.namespace)
 	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return err
+		return fmt.Errorf("deleting the pods of namespace %s: %w", c.namespace, err)
 	}
 	return c.wait(ctx, "the pods of namespace "+c.namespace+" to be deleted", func() (bool, string, error) {
 		list, err := pods.List(ctx, metav1.ListOptions{})
