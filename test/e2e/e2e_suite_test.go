@@ -161,13 +161,25 @@ func meshctl(args ...string) string {
 	return out
 }
 
+// meshctlResult runs meshctl on the suite's artifacts directory and returns
+// its standard output, standard error and error.
 func meshctlResult(args ...string) (string, string, error) {
+	return meshctlIn(suite.artifacts, args...)
+}
+
+// meshctlIn is meshctlResult on the artifacts directory dir: another
+// host's, as a second container sharing the Docker socket would have.
+func meshctlIn(dir string, args ...string) (string, string, error) {
 	var out, errb bytes.Buffer
-	cmd := exec.Command(suite.meshctl, append(args, "--artifacts", suite.artifacts)...)
+	cmd := exec.Command(suite.meshctl, append(args, "--artifacts", dir)...)
 	cmd.Stdout = &out
 	cmd.Stderr = &errb
 	err := cmd.Run()
-	GinkgoWriter.Printf("$ meshctl %s\n%s", strings.Join(args, " "), errb.String())
+	where := ""
+	if dir != suite.artifacts {
+		where = " (artifacts " + dir + ")"
+	}
+	GinkgoWriter.Printf("$ meshctl %s%s\n%s", strings.Join(args, " "), where, errb.String())
 	return out.String(), errb.String(), err
 }
 

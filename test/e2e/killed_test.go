@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -32,15 +31,6 @@ var _ = Describe("a killed up, healed by one of two racing runs", Ordered, func(
 	// The suite's artifacts directory and the second run's own.
 	var dirs [2]string
 
-	run := func(dir string, args ...string) (stdout, stderr string, err error) {
-		var out, errOut bytes.Buffer
-		cmd := exec.Command(suite.meshctl, append(args, "--artifacts", dir)...)
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err = cmd.Run()
-		GinkgoWriter.Printf("$ meshctl %s (artifacts %s)\n%s%s", strings.Join(args, " "), dir, out.String(), errOut.String())
-		return out.String(), errOut.String(), err
-	}
-
 	BeforeAll(func() {
 		dirs = [2]string{suite.artifacts, filepath.Join(suite.artifacts, "lock-1")}
 		Expect(os.MkdirAll(dirs[1], 0o755)).To(Succeed())
@@ -49,7 +39,7 @@ var _ = Describe("a killed up, healed by one of two racing runs", Ordered, func(
 				return
 			}
 			for _, d := range dirs {
-				_, _, _ = run(d, "down", "--env", killed)
+				_, _, _ = meshctlIn(d, "down", "--env", killed)
 			}
 			_, _ = docker("rm", "--force", cluster.LockContainer(killed))
 		})
@@ -103,7 +93,7 @@ var _ = Describe("a killed up, healed by one of two racing runs", Ordered, func(
 		for i := range dirs {
 			wg.Go(func() {
 				defer GinkgoRecover()
-				outs[i], errOuts[i], errs[i] = run(dirs[i], append(args, "-o", "json")...)
+				outs[i], errOuts[i], errs[i] = meshctlIn(dirs[i], append(args, "-o", "json")...)
 			})
 		}
 		wg.Wait()
@@ -150,7 +140,7 @@ var _ = Describe("a killed up, healed by one of two racing runs", Ordered, func(
 			"--label", "io.meshctl.lock.pid-ns="+pidns, "--label", "io.meshctl.lock.start=1",
 			cluster.LockImage, "/meshctl-lock")
 		Expect(err).NotTo(HaveOccurred(), out)
-		_, errOut, err := run(dirs[0], "down", "--env", killed)
+		_, errOut, err := meshctlIn(dirs[0], "down", "--env", killed)
 		Expect(err).NotTo(HaveOccurred(), errOut)
 		Expect(errOut).To(ContainSubstring("removing the stale lock"))
 	})
