@@ -6,7 +6,8 @@
 #   hack/gateway-timing.sh [-n ROUNDS] BINARY... -- UP_ARGS...
 #   hack/gateway-timing.sh -n 2 /tmp/meshctl-old /tmp/meshctl-new -- --image meshctl/node:v1.34.4 --registry=false
 #
-# Each run creates environment gt (2 clusters, 2 networks, no dataplane) and
+# Each run creates environment gt (2 clusters, 2 networks, no dataplane;
+# UP_ARGS may override, e.g. --clusters 3 --ip-family ipv6) and
 # deletes it; it must not exist beforehand. Each run starts once the machine
 # is quiet (settle).
 set -euo pipefail
@@ -35,7 +36,7 @@ run() {
 	"$bin" down --env gt >/dev/null 2>&1
 }
 
-echo "$(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?') up --clusters 2 --networks 2, $rounds round(s)"
+echo "$(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?') up --clusters 2 --networks 2 --install=false ${up_args[*]}, $rounds round(s)"
 for ((r = 1; r <= rounds; r++)); do
 	for bin in "${bins[@]}"; do
 		busy=$(settle)

@@ -345,13 +345,18 @@ func (i *Installer) installOne(ctx context.Context, t target) (ClusterResult, er
 	if err := k.applyAll(ctx, objs); err != nil {
 		return r, fmt.Errorf("installing MetalLB: %w", err)
 	}
+	// An environment made by an earlier meshctl has MetalLB's webhook
+	// configuration, which nothing serves now: the pool's apply would fail.
+	if err := k.deleteManaged(ctx, webhookConfigurationName); err != nil {
+		return r, fmt.Errorf("removing MetalLB's webhook configuration: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, i.timeout)
 	defer cancel()
 	if err := k.waitMetalLB(ctx, i.poll); err != nil {
 		return r, fmt.Errorf("MetalLB not ready after %s: %w (see `kubectl -n %s get pods` in the cluster)", i.timeout, err, MetalLBNamespace)
 	}
-	// MetalLB's webhook answers a little after its pods are ready (its
-	// certificate is generated at start): retry until it accepts the pool.
+	// The IPAddressPool CRD is established a moment after it is created:
+	// retry until the pool is accepted.
 	if err := k.retry(ctx, i.poll, func() error { return k.applyAll(ctx, poolObjects(t.pools)) }); err != nil {
 		return r, fmt.Errorf("applying the MetalLB address pool %s: %w", strings.Join(r.Pools, ", "), err)
 	}

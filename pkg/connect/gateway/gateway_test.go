@@ -11,12 +11,15 @@ import (
 	"testing"
 	"time"
 
+	admv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	admissionregistrationv1 "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -159,8 +162,8 @@ func (l *recordingLoader) LoadImages(_ context.Context, kindName string, images 
 
 // standIn plays, in an API server where no controller runs, the parts of
 // the cluster Install waits for: the Deployment and DaemonSet controllers
-// (status), MetalLB's webhook (it is removed: nothing would answer it) and
-// MetalLB's controller (the Service gets the first address of the pool).
+// (status) and MetalLB's controller (the Service gets the first address of
+// the pool).
 func standIn(ctx context.Context, t *testing.T, cfg *rest.Config) {
 	k, err := newKube(cfg)
 	if err != nil {
@@ -168,9 +171,9 @@ func standIn(ctx context.Context, t *testing.T, cfg *rest.Config) {
 	}
 	poolGVR := schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "ipaddresspools"}
 	step := func() {
-		_ = k.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, "metallb-webhook-configuration", metav1.DeleteOptions{})
 		if d, err := k.cs.AppsV1().Deployments(MetalLBNamespace).Get(ctx, "controller", metav1.GetOptions{}); err == nil && d.Status.AvailableReplicas == 0 {
 			d.Status.ObservedGeneration, d.Status.Replicas, d.Status.AvailableReplicas, d.Status.ReadyReplicas = d.Generation, 1, 1, 1
+			d.Status.UpdatedReplicas = 1
 			_, _ = k.cs.AppsV1().Deployments(MetalLBNamespace).UpdateStatus(ctx, d, metav1.UpdateOptions{})
 		}
 		if ds, err := k.cs.AppsV1().DaemonSets(MetalLBNamespace).Get(ctx, "speaker", metav1.GetOptions{}); err == nil && ds.Status.NumberAvailable == 0 {
@@ -215,7 +218,7 @@ func standIn(ctx context.Context, t *testing.T, cfg *rest.Config) {
 }
 
 // resourceVersions reads the resourceVersion of every object Install
-// applies, except MetalLB's webhook configuration (the stand-in deletes it).
+// applies.
 func resourceVersions(t *testing.T, cfg *rest.Config, network string) map[string]string {
 	t.Helper()
 	k, err := newKube(cfg)
@@ -230,9 +233,6 @@ func resourceVersions(t *testing.T, cfg *rest.Config, network string) map[string
 	objs = append(objs, gatewayObjects(network)...)
 	out := map[string]string{}
 	for _, o := range objs {
-		if o.GetKind() == "ValidatingWebhookConfiguration" {
-			continue
-		}
 		gvr, _ := meta.UnsafeGuessKindToResource(o.GroupVersionKind())
 		got, err := k.dyn.Resource(gvr).Namespace(o.GetNamespace()).Get(context.Background(), o.GetName(), metav1.GetOptions{})
 		if err != nil {
@@ -329,6 +329,32 @@ func TestIntegrationInstall(t *testing.T) {
 	}
 	noMetalLB("with one network")
 
+	// What an earlier meshctl left in cluster1: MetalLB's webhook
+	// configuration, which nothing serves now (the pool's apply would fail
+	// through it); in cluster2 one of the same name of another owner's.
+	webhooks := func(name string) admissionregistrationv1.ValidatingWebhookConfigurationInterface {
+		return kubernetes.NewForConfigOrDie(cfgs[name]).AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	}
+	fail, none, path := admv1.Fail, admv1.SideEffectClassNone, "/validate-metallb-io-v1beta1-ipaddresspool"
+	stale := &admv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: webhookConfigurationName, Labels: map[string]string{ManagedByLabel: FieldManager}},
+		Webhooks: []admv1.ValidatingWebhook{{
+			Name:                    "ipaddresspoolvalidationwebhook.metallb.io",
+			ClientConfig:            admv1.WebhookClientConfig{Service: &admv1.ServiceReference{Namespace: MetalLBNamespace, Name: "metallb-webhook-service", Path: &path}},
+			Rules:                   []admv1.RuleWithOperations{{Operations: []admv1.OperationType{admv1.Create, admv1.Update}, Rule: admv1.Rule{APIGroups: []string{"metallb.io"}, APIVersions: []string{"v1beta1"}, Resources: []string{"ipaddresspools"}}}},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	if _, err := webhooks("cluster1").Create(ctx, stale, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	foreign := &admv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: webhookConfigurationName}}
+	if _, err := webhooks("cluster2").Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	for _, cfg := range cfgs {
@@ -394,6 +420,12 @@ func TestIntegrationInstall(t *testing.T) {
 		if img := d.Spec.Template.Spec.Containers[0].Image; img != DefaultControllerImage {
 			t.Errorf("%s: controller image %s", c.Cluster, img)
 		}
+	}
+	if _, err := webhooks("cluster1").Get(ctx, webhookConfigurationName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("cluster1: meshctl's stale %s: err %v, want it deleted", webhookConfigurationName, err)
+	}
+	if _, err := webhooks("cluster2").Get(ctx, webhookConfigurationName, metav1.GetOptions{}); err != nil {
+		t.Errorf("cluster2: another owner's %s: %v, want it left", webhookConfigurationName, err)
 	}
 
 	// A rerun changes nothing and reports the same.

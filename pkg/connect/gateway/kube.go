@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -42,8 +43,8 @@ func newKube(cfg *rest.Config) (*kube, error) {
 
 // applyAll server-side applies objs in order. Applying what is already
 // there changes nothing (not even resourceVersion), which makes reruns
-// free; fields other managers set (MetalLB's webhook CA bundle, allocated
-// node ports) are left alone.
+// free; fields other managers set (allocated node ports, MetalLB's
+// statuses) are left alone.
 func (k *kube) applyAll(ctx context.Context, objs []*unstructured.Unstructured) error {
 	for _, o := range objs {
 		// every kind here pluralizes regularly (services, ipaddresspools,
@@ -64,6 +65,28 @@ func (k *kube) applyAll(ctx context.Context, objs []*unstructured.Unstructured) 
 		}
 	}
 	return nil
+}
+
+// deleteManaged deletes the ValidatingWebhookConfiguration name if meshctl
+// applied it (it carries ManagedByLabel); one of another owner's, or none,
+// is left as it is.
+func (k *kube) deleteManaged(ctx context.Context, name string) error {
+	api := k.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	w, err := api.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if w.Labels[ManagedByLabel] != FieldManager {
+		return nil
+	}
+	err = api.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &w.UID}})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 func qualified(o *unstructured.Unstructured) string {
@@ -88,16 +111,19 @@ func (k *kube) retry(ctx context.Context, poll time.Duration, f func() error) er
 	}
 }
 
-// waitMetalLB waits until the controller Deployment is available and the
-// speaker runs on every node.
+// waitMetalLB waits until the controller Deployment is available and
+// updated, and the speaker runs on every node.
 func (k *kube) waitMetalLB(ctx context.Context, poll time.Duration) error {
 	return k.retry(ctx, poll, func() error {
 		d, err := k.cs.AppsV1().Deployments(MetalLBNamespace).Get(ctx, "controller", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if d.Status.ObservedGeneration < d.Generation || d.Status.AvailableReplicas < 1 {
-			return fmt.Errorf("deployment %s/controller: %d of %d replicas available", MetalLBNamespace, d.Status.AvailableReplicas, replicas(d.Spec.Replicas))
+		// updated too: a rerun that changed the controller waits for its
+		// rollout, as it does for the speakers'
+		if d.Status.ObservedGeneration < d.Generation || d.Status.AvailableReplicas < 1 || d.Status.UpdatedReplicas < replicas(d.Spec.Replicas) {
+			return fmt.Errorf("deployment %s/controller: %d of %d replicas available, %d updated", MetalLBNamespace,
+				d.Status.AvailableReplicas, replicas(d.Spec.Replicas), d.Status.UpdatedReplicas)
 		}
 		ds, err := k.cs.AppsV1().DaemonSets(MetalLBNamespace).Get(ctx, "speaker", metav1.GetOptions{})
 		if err != nil {

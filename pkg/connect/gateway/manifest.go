@@ -38,19 +38,44 @@ var metallbNative []byte
 //go:embed metallb/LICENSE
 var MetalLBLicense string
 
+// MetalLB's validating webhook is not run. Its controller serves /metrics
+// (what its readiness probe asks) only once the webhook's certificate,
+// which it generates into a Secret at start, shows up in the Secret's
+// volume in its own pod; the kubelet refreshes that volume at its next
+// sync of the pod, which can be a minute away. Measured on an IPv6
+// environment of 3 clusters: two controllers were killed by their
+// liveness probe after 40 s and ready only when restarted, the step took
+// 56.8 s against 10 s for the third cluster. The pools and advertisements
+// are meshctl's own, checked before they are applied; the webhook only
+// validated them again. The CRDs' conversion webhook (BGPPeer v1beta1 to
+// v1beta2) stays as shipped: meshctl makes no BGPPeer, and a v1beta1 one
+// made by hand fails loudly instead of being converted wrongly.
+const (
+	webhookConfigurationName = "metallb-webhook-configuration"
+	webhookDisabledArg       = "--webhook-mode=disabled"
+)
+
 // metallbObjects parses the embedded manifest and points its two workloads
 // at the given images. The speaker also gets --ignore-exclude-lb: kubeadm
 // labels control-plane nodes node.kubernetes.io/exclude-from-external-load-balancers,
 // and a kind cluster without workers has no other node to announce from.
+// The controller gets --webhook-mode=disabled, and the webhook's
+// configuration is left out (see webhookDisabledArg).
 func metallbObjects(controllerImage, speakerImage string) ([]*unstructured.Unstructured, error) {
-	objs, err := decodeYAML(metallbNative)
+	all, err := decodeYAML(metallbNative)
 	if err != nil {
 		return nil, fmt.Errorf("embedded MetalLB manifest: %w", err)
+	}
+	objs := all[:0]
+	for _, o := range all {
+		if o.GetKind() != "ValidatingWebhookConfiguration" {
+			objs = append(objs, o)
+		}
 	}
 	var sawController, sawSpeaker bool
 	for _, o := range objs {
 		// Every object carries a field meshctl owns: an applied object with
-		// no field of its own (the webhook Secret, whose data MetalLB writes)
+		// no field of its own (the webhook Secret, empty: its webhook is off)
 		// gets its empty managedFields entry dropped and re-added by every
 		// apply, so a rerun would change it.
 		labels := o.GetLabels()
@@ -62,7 +87,7 @@ func metallbObjects(controllerImage, speakerImage string) ([]*unstructured.Unstr
 		switch {
 		case o.GetKind() == "Deployment" && o.GetName() == "controller":
 			sawController = true
-			if err := setContainer(o, "controller", controllerImage, ""); err != nil {
+			if err := setContainer(o, "controller", controllerImage, webhookDisabledArg); err != nil {
 				return nil, err
 			}
 		case o.GetKind() == "DaemonSet" && o.GetName() == "speaker":

@@ -106,6 +106,14 @@ func TestMetalLBObjectsRewritesImages(t *testing.T) {
 					t.Errorf("%s livenessProbe %v: want upstream's 10 s and 10 s", what, live)
 				}
 			}
+			if args := c[0]["args"].([]any); !slices.Contains(args, any(webhookDisabledArg)) || !slices.Contains(args, any("--port=7472")) {
+				t.Errorf("controller args %v: want upstream's plus %s", args, webhookDisabledArg)
+			}
+			for _, o := range objs {
+				if o.GetKind() == "ValidatingWebhookConfiguration" {
+					t.Errorf("%s %s applied: nothing serves it", o.GetKind(), o.GetName())
+				}
+			}
 			args := s[0]["args"].([]any)
 			if !slices.Contains(args, any("--ignore-exclude-lb")) || !slices.Contains(args, any("--port=7472")) {
 				t.Errorf("speaker args %v: want upstream's plus --ignore-exclude-lb", args)
