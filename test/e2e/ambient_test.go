@@ -125,7 +125,7 @@ func ambientSpecs(aenv string, envOf func() *meshtest.Env) {
 					cni, err := c.Kube.AppsV1().DaemonSets("istio-system").Get(ctx, "istio-cni-node", metav1.GetOptions{})
 					g.Expect(err).NotTo(HaveOccurred(), "%s: DaemonSet istio-system/istio-cni-node", c.Name)
 					g.Expect(cni.Status.NumberReady).To(Equal(cni.Status.DesiredNumberScheduled), "%s: istio-cni-node pods not all Ready: %+v", c.Name, cni.Status)
-				}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+				}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 				_, err := c.Kube.AppsV1().DaemonSets("istio-system").Get(ctx, "meshctl-cni", metav1.GetOptions{})
 				Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s: meshctl's own CNI is installed beside istio-cni (%v)", c.Name, err)
 			}
@@ -170,7 +170,7 @@ func ambientSpecs(aenv string, envOf func() *meshtest.Env) {
 					g.Expect(err).NotTo(HaveOccurred(), "%s: istiod's certificate for %s does not chain to meshctl's root", zt, identity)
 				}
 				g.Expect(found).To(BeTrue(), "%s: no certificate for %s in /config_dump", zt, identity)
-			}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+			}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 		})
 
 		It("enforces a DENY AuthorizationPolicy that istiod sends the server's ztunnel, and lets the call through once it is deleted", func(ctx SpecContext) {
@@ -209,7 +209,7 @@ spec:
 					all = append(all, string(p))
 				}
 				g.Expect(strings.Join(all, "\n")).To(ContainSubstring("deny-authz"), "%s: istiod has not sent the policy", server)
-			}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+			}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 			Eventually(client).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(2*time.Second).ShouldNot(meshtest.Reach(target), "the DENY policy is not enforced")
 			Expect(dc.Resource(authorizationPolicies).Namespace(ns).Delete(ctx, "deny-authz", metav1.DeleteOptions{})).To(Succeed())
 			Eventually(client).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(2*time.Second).Should(meshtest.Reach(target), "the call is still denied after the policy was deleted")
@@ -472,7 +472,7 @@ func restartIstiod(ctx context.Context, c *meshtest.Cluster) {
 			}
 		}
 		g.Expect(ready).To(BeNumerically(">=", 1), "%s: no new istiod pod is Ready", c.Name)
-	}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
+	}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 }
 
 func podIsReady(p *corev1.Pod) bool {

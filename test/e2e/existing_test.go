@@ -147,7 +147,7 @@ var _ = Describe("an environment mixing kind with an existing cluster", Ordered,
 			meshctlJSON(&st, "status", "--env", xenv)
 			g.Expect(st.Clusters).To(HaveLen(2))
 			g.Expect(st.Ready).To(BeTrue(), "status: %+v", st)
-		}).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		ext := st.Clusters[0]
 		Expect(ext.Name).To(Equal("ext"))
 		Expect(ext.Existing).To(BeTrue())

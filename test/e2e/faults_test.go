@@ -85,7 +85,7 @@ func faultSpecs(envName string, upArgs func() []string) {
 				return &checkFailed{errOut}
 			}
 			return nil
-		}).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		// Measured, not asserted (noisy machines): hack/fault-timing.sh
 		// reports the same figure.
 		GinkgoWriter.Printf("connectivity back %s after the node came back on a new address, with no command\n", time.Since(start).Round(time.Second))

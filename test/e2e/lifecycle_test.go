@@ -81,7 +81,7 @@ var _ = Describe("the cluster lifecycle", Ordered, slow, func() {
 		Eventually(func(g Gomega) {
 			meshctlJSON(&st, "status", "--env", env, "--registry-name", registryName)
 			g.Expect(st.Ready).To(BeTrue(), "status: %+v", st)
-		}).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		Expect(st.Registry).NotTo(BeNil())
 		Expect(st.Registry.Running).To(BeTrue())
 		for i, c := range st.Clusters {
@@ -126,7 +126,7 @@ var _ = Describe("the cluster lifecycle", Ordered, slow, func() {
 					g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "%s/%s", c.Name, p.Name)
 				}
 			}
-		}).WithTimeout(3 * time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
 
 	It("routes pods and services between the clusters of one network, in each family", func(ctx SpecContext) {

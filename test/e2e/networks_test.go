@@ -81,7 +81,7 @@ func networkSpecs(envName string, meshFn func() *meshtest.Env) {
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(pods.Items).NotTo(BeEmpty())
 				g.Expect(pods.Items[0].Spec.ServiceAccountName).To(Equal("istio-eastwestgateway"))
-			}).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(3*time.Second).Should(Succeed(), "cluster %s", c.Name)
+			}).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "cluster %s", c.Name)
 		})
 	})
 
@@ -258,7 +258,7 @@ func gatewayPod(ctx context.Context, c *meshtest.Cluster) nodeProxy {
 			}
 		}
 		g.Expect(name).NotTo(BeEmpty(), "no Ready gateway pod in %s", c.Name)
-	}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).Should(Succeed())
+	}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	return nodeProxy{cluster: c, pod: name}
 }
 
