@@ -43,6 +43,15 @@ func WithRateLimit(qps float32, burst int) Option {
 	return func(s *settings) { s.qps, s.burst = qps, burst }
 }
 
+// WithCommandRateLimit is the rate limit of a command's clients: 50 QPS,
+// burst 100. Under client-go's default a command waits on itself: up's
+// MetalLB step applies some 30 objects to each cluster one after another,
+// and past the burst of 10 every request waited 200 ms for a token, which
+// made a rerun that changes nothing take 4.3 s in that step against 0.6 s
+// of requests (MESHCTL_TRACE, two clusters). Each command's requests are
+// few and mostly sequential: this removes the wait, not the bound.
+func WithCommandRateLimit() Option { return WithRateLimit(50, 100) }
+
 // WithoutWarnings drops the API server's warnings (deprecated types a
 // discovery-driven list touches, say) instead of logging them.
 func WithoutWarnings() Option { return func(s *settings) { s.noWarnings = true } }

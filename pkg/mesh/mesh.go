@@ -181,8 +181,9 @@ func WithImageRegistry(registry string) Option { return func(o *options) { o.pus
 // WithInstallTimeout bounds each chart's install or upgrade.
 func WithInstallTimeout(d time.Duration) Option { return func(o *options) { o.installTimeout = d } }
 
-// WithClients shares a kube-client factory (default: a new one per Config),
-// so that every step reaches each cluster through the same clients.
+// WithClients shares a kube-client factory (default: a new one per Config,
+// with kubeclient.WithCommandRateLimit), so that every step reaches each
+// cluster through the same clients.
 func WithClients(f *kubeclient.Factory) Option { return func(o *options) { o.clients = f } }
 
 // NewConfig returns the Config of verbs working through p.
@@ -195,7 +196,7 @@ func NewConfig(p Provider, opts ...Option) *Config {
 		opt(&o)
 	}
 	if o.clients == nil {
-		o.clients = kubeclient.NewFactory()
+		o.clients = kubeclient.NewFactory(kubeclient.WithCommandRateLimit())
 	}
 	return &Config{p: p, o: o}
 }

@@ -319,3 +319,22 @@ func TestInstallReportErrNamesTheDataplanesAndIstiosCauses(t *testing.T) {
 		t.Fatalf("no failed cluster: got %v", err)
 	}
 }
+
+// The verbs' clients are not held to client-go's 5 QPS: up applies dozens
+// of objects per cluster in a row (see kubeclient.WithCommandRateLimit).
+func TestConfigClientsHaveTheCommandRateLimit(t *testing.T) {
+	kc := []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`)
+	cfg, err := NewConfig(&fakeProvider{}).Clients().Bytes(kc, "").RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.QPS != 50 || cfg.Burst != 100 {
+		t.Errorf("qps %g, burst %d: want 50 and 100", cfg.QPS, cfg.Burst)
+	}
+}

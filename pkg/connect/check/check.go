@@ -278,7 +278,7 @@ func (c *Checker) resolve(ctx context.Context, env string) ([]*run, error) {
 			r.down = "reading its kubeconfig: " + err.Error()
 			return nil
 		}
-		kg := kubeclient.FromBytes(kc, "")
+		kg := kubeclient.FromBytes(kc, "", kubeclient.WithCommandRateLimit())
 		cfg, err := kg.RESTConfig()
 		if err != nil {
 			return fmt.Errorf("cluster %q: kubeconfig: %w", r.plan.Name, err)
