@@ -185,6 +185,12 @@ func (c *Checker) Check(ctx context.Context, env string) (*Result, error) {
 		if err := c.startServer(ctx, r, runs); err != nil {
 			return fmt.Errorf("cluster %q: %w", r.plan.Name, err)
 		}
+		if err := c.startClient(ctx, r); err != nil {
+			return fmt.Errorf("cluster %q: %w", r.plan.Name, err)
+		}
+		if err := c.waitServer(ctx, r); err != nil {
+			return fmt.Errorf("cluster %q: %w", r.plan.Name, err)
+		}
 		return nil
 	}); err != nil {
 		return nil, err

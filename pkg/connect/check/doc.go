@@ -1,7 +1,8 @@
 // Package check proves an environment's connectivity with real traffic. In
 // every cluster it runs a server pod (busybox nc, answering with its
-// cluster's name) behind a ClusterIP Service, then a client pod that
-// connects to the server of every cluster on its network — its own
+// cluster's name) behind a ClusterIP Service and, started beside it, a
+// client pod in which the probes run (exec) once every server runs: they
+// connect to the server of every cluster on its network — its own
 // included, so a broken cluster is told apart from a missing route — by each
 // pod IP and each service IP. Clusters on other networks are reached
 // through east-west gateways, which this check reports but does not test

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -14,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
 )
 
 const (
@@ -92,16 +95,7 @@ func (c *Checker) startServer(ctx context.Context, r *run, runs []*run) error {
 		server.Labels = map[string]string{clusterLabel: r.plan.Name}
 		maps.Copy(server.Labels, serverLabels)
 	}
-	// A cluster whose controllers are still starting (a node just
-	// restarted) has not yet made the namespace's default ServiceAccount,
-	// and admission refuses Pods until it has: wait for it, not fail.
-	if err := c.wait(ctx, "the server pod to be admitted", func() (bool, string, error) {
-		_, err := r.client.CoreV1().Pods(c.namespace).Create(ctx, server, metav1.CreateOptions{})
-		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "serviceaccount") {
-			return false, err.Error(), nil
-		}
-		return err == nil, "", err
-	}); err != nil {
+	if err := c.createPod(ctx, r, server); err != nil {
 		return fmt.Errorf("creating server pod: %w", err)
 	}
 	// PreferDualStack: a dual-stack cluster's Service gets a v4 and a v6
@@ -143,6 +137,11 @@ func (c *Checker) startServer(ctx context.Context, r *run, runs []*run) error {
 			return fmt.Errorf("server service got no cluster IP")
 		}
 	}
+	return nil
+}
+
+// waitServer waits for the server pod to run and records its addresses.
+func (c *Checker) waitServer(ctx context.Context, r *run) error {
 	return c.wait(ctx, "server pod "+c.namespace+"/"+serverName+" to run", func() (bool, string, error) {
 		p, err := r.client.CoreV1().Pods(c.namespace).Get(ctx, serverName, metav1.GetOptions{})
 		if err != nil {
@@ -163,62 +162,108 @@ func (c *Checker) startServer(ctx context.Context, r *run, runs []*run) error {
 	})
 }
 
-// runClient runs the client pod with one probe per tested entry of probes,
-// all at once, and fills in their outcomes from its output.
-func (c *Checker) runClient(ctx context.Context, r *run, probes []Probe) error {
-	sh := script(probes, c.attempts)
-	if c.meshed {
-		// The client's addresses, for finding its connections in the
-		// node proxies' logs: a finished pod may no longer list them.
-		// Its node's too: a tunnel to another cluster leaves the node
-		// masqueraded (kind's kindnet masquerades what leaves for
-		// addresses outside its own cluster), so the server's node proxy
-		// sees it come from the client's node (found on kind).
-		sh = `echo "` + clientIPsLine + ` $POD_IPS,$HOST_IPS"` + "\n" + sh
-	}
-	p := c.pod(clientName, nil, corev1.RestartPolicyNever, "sh", "-c", sh)
+// createPod creates p, waiting while admission refuses it: a cluster whose
+// controllers are still starting (a node just restarted) has not yet made
+// the namespace's default ServiceAccount, and admission refuses Pods until
+// it has.
+func (c *Checker) createPod(ctx context.Context, r *run, p *corev1.Pod) error {
+	return c.wait(ctx, "pod "+p.Name+" to be admitted", func() (bool, string, error) {
+		_, err := r.client.CoreV1().Pods(c.namespace).Create(ctx, p, metav1.CreateOptions{})
+		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "serviceaccount") {
+			return false, err.Error(), nil
+		}
+		return err == nil, "", err
+	})
+}
+
+// startClient creates the client pod, idle until the probes are run in it
+// (runClient): it starts while the server pod does. The probes need the
+// servers' addresses, known only once those run; a client pod created then
+// would add its own start (≈ 3 s on kind) to every check.
+func (c *Checker) startClient(ctx context.Context, r *run) error {
+	// Deleted by the cleanup; a check killed before that leaves it for the
+	// next one, which deletes the namespace first.
+	p := c.pod(clientName, nil, corev1.RestartPolicyNever, "sleep", "3600")
 	if c.meshed {
 		if err := c.meshPod(ctx, r, p, ClientServiceAccount); err != nil {
 			return err
 		}
+		// The client's addresses, for finding its connections in the
+		// node proxies' logs. Its node's too: a tunnel to another
+		// cluster leaves the node masqueraded (kind's kindnet
+		// masquerades what leaves for addresses outside its own
+		// cluster), so the server's node proxy sees it come from the
+		// client's node (found on kind).
 		p.Spec.Containers[0].Env = []corev1.EnvVar{
 			{Name: "POD_IPS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}},
 			{Name: "HOST_IPS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIPs"}}},
 		}
 	}
-	pods := r.client.CoreV1().Pods(c.namespace)
-	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+	if err := c.createPod(ctx, r, p); err != nil {
 		return fmt.Errorf("creating client pod: %w", err)
 	}
-	err := c.wait(ctx, "client pod "+c.namespace+"/"+clientName+" to finish", func() (bool, string, error) {
+	return nil
+}
+
+// runClient runs one probe per tested entry of probes in the client pod,
+// all at once, and fills in their outcomes from what it printed.
+func (c *Checker) runClient(ctx context.Context, r *run, probes []Probe) error {
+	sh := script(probes, c.attempts)
+	if c.meshed {
+		sh = `echo "` + clientIPsLine + ` $POD_IPS,$HOST_IPS"` + "\n" + sh
+	}
+	pods := r.client.CoreV1().Pods(c.namespace)
+	err := c.wait(ctx, "client pod "+c.namespace+"/"+clientName+" to run", func() (bool, string, error) {
 		p, err := pods.Get(ctx, clientName, metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
 		}
 		switch p.Status.Phase {
-		case corev1.PodSucceeded:
+		case corev1.PodRunning:
 			r.clientPod = endpoint{pod: c.namespace + "/" + clientName, node: p.Spec.NodeName}
 			return true, "", nil
-		case corev1.PodFailed:
-			return false, "", fmt.Errorf("client pod failed: %s", podProblem(p))
+		case corev1.PodSucceeded, corev1.PodFailed:
+			return false, "", fmt.Errorf("client pod ended before the probes ran: %s", podProblem(p))
 		}
 		return false, podProblem(p), nil
 	})
 	if err != nil {
 		return err
 	}
-	logs, err := pods.GetLogs(clientName, &corev1.PodLogOptions{}).DoRaw(ctx)
+	execCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	out, err := c.exec(execCtx, r, clientName, "sh", "-c", sh)
 	if err != nil {
-		return fmt.Errorf("reading client pod logs: %w", err)
+		return fmt.Errorf("running the probes in client pod %s/%s: %w", c.namespace, clientName, err)
 	}
-	parse(string(logs), probes, c.attempts)
+	parse(out, probes, c.attempts)
 	if c.meshed {
-		r.clientPod.ips = clientIPs(string(logs))
+		r.clientPod.ips = clientIPs(out)
 		if len(r.clientPod.ips) == 0 {
-			return fmt.Errorf("client pod did not print its addresses:\n%s", logs)
+			return fmt.Errorf("client pod did not print its addresses:\n%s", out)
 		}
 	}
 	return nil
+}
+
+// exec runs argv in pod's container (named as the pod) through the API
+// server, as kubectl exec does, and returns its stdout; what it wrote to
+// stderr goes into the error when it fails.
+func (c *Checker) exec(ctx context.Context, r *run, pod string, argv ...string) (string, error) {
+	req := r.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(c.namespace).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: pod, Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(r.cfg, "POST", req.URL())
+	if err != nil {
+		return "", err
+	}
+	var out, errOut bytes.Buffer
+	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut}); err != nil {
+		if msg := strings.TrimSpace(errOut.String()); msg != "" {
+			return out.String(), fmt.Errorf("%w: %s", err, oneLine(msg))
+		}
+		return out.String(), err
+	}
+	return out.String(), nil
 }
 
 // clientIPsLine starts the meshed client's first line: its addresses.
