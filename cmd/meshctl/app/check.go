@@ -36,9 +36,10 @@ func newCheckConnectivityCommand(g *globals) *cobra.Command {
 		Use:   "connectivity",
 		Short: "Prove pod-to-pod and pod-to-service traffic between the clusters of a network",
 		Long: `Run a server pod (busybox nc) behind a ClusterIP Service in every cluster,
-then a client pod in every cluster that connects to the server of every
-cluster on its network, its own included, by each pod IP and each service IP
-(IPv4 and IPv6). Clusters on other networks are reached through east-west
+and beside it a client pod, in which the probes run (as kubectl exec would)
+once every server runs: each connects to the server of every cluster on its
+network, its own included, by each pod IP and each service IP (IPv4 and
+IPv6). Clusters on other networks are reached through east-west
 gateways: they are listed as "via gateway", not tested (but see --meshed).
 
 Everything runs in the namespace meshctl-check, deleted afterwards: its pods
