@@ -8,6 +8,7 @@
 package kubeclient
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -15,11 +16,16 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/meshctl/meshctl/internal/syncbuf"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
@@ -222,6 +228,32 @@ func (g *Getter) Discovery() (*discovery.DiscoveryClient, error) {
 		return nil, err
 	}
 	return discovery.NewDiscoveryClientForConfig(cfg)
+}
+
+// Exec runs argv in container of pod (in namespace) through the API server,
+// as kubectl exec does, and returns what it printed. Its error is
+// client-go's as it is: a command that ran and exited non-zero gives one
+// with an ExitStatus() int method (exec.CodeExitError); callers say which
+// pod. The buffers take concurrent writes: when ctx ends, the stream's
+// copiers may still be writing as Exec returns.
+func (g *Getter) Exec(ctx context.Context, namespace, pod, container string, argv ...string) (stdout, stderr string, err error) {
+	cfg, err := g.restConfig()
+	if err != nil {
+		return "", "", err
+	}
+	cs, err := g.Kubernetes()
+	if err != nil {
+		return "", "", err
+	}
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
+	if err != nil {
+		return "", "", err
+	}
+	var out, errOut syncbuf.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut})
+	return out.String(), errOut.String(), err
 }
 
 // Factory keeps a Getter per kubeconfig, so that every step of a run shares

@@ -46,7 +46,8 @@ type Cluster struct {
 	// so kinds from CRDs applied during the suite are found.
 	Mapper meta.ResettableRESTMapper
 
-	env *Env
+	kube *kubeclient.Getter // Kube's and Config's, for Exec
+	env  *Env
 }
 
 // Is reports whether the cluster plays role (cluster.RolePrimary,
@@ -74,7 +75,7 @@ func newClusterFromConfig(d clusterDesc, cfg *rest.Config) (*Cluster, error) {
 	c := &Cluster{
 		Name: d.Name, KindName: d.KindName, Network: d.Network, Roles: d.Roles,
 		PrimaryClusterName: d.PrimaryClusterName, ConfigClusterName: d.ConfigClusterName,
-		Kubeconfig: d.Kubeconfig, Config: cfg,
+		Kubeconfig: d.Kubeconfig, Config: cfg, kube: kg,
 	}
 	if c.Kube, err = kg.Kubernetes(); err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", d.Name, err)

@@ -10,13 +10,10 @@ import (
 	"time"
 
 	"github.com/meshctl/meshctl/internal/parallel"
-	"github.com/meshctl/meshctl/internal/syncbuf"
 
 	"github.com/onsi/ginkgo/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/remotecommand"
 )
 
 // Echo ports: the pod listens on EchoPort, its Service forwards
@@ -247,21 +244,14 @@ func (c *Cluster) Exec(ctx context.Context, namespace, pod, container string, ar
 		}
 		container = p.Spec.Containers[0].Name
 	}
-	req := c.Kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: container, Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	exec, err := remotecommand.NewSPDYExecutor(c.Config, "POST", req.URL())
-	if err != nil {
-		return "", "", fmt.Errorf("cluster %s: exec in %s/%s: %w", c.Name, namespace, pod, err)
-	}
-	var out, errOut syncbuf.Buffer
-	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut})
+	out, errOut, err := c.kube.Exec(ctx, namespace, pod, container, argv...)
 	if err != nil {
 		if code, ok := exitCode(err); ok {
-			return out.String(), errOut.String(), &ExitError{Code: code, Err: err}
+			return out, errOut, &ExitError{Code: code, Err: err}
 		}
-		return out.String(), errOut.String(), fmt.Errorf("cluster %s: exec %q in %s/%s: %w", c.Name, strings.Join(argv, " "), namespace, pod, err)
+		return out, errOut, fmt.Errorf("cluster %s: exec %q in %s/%s: %w", c.Name, strings.Join(argv, " "), namespace, pod, err)
 	}
-	return out.String(), errOut.String(), nil
+	return out, errOut, nil
 }
 
 // exitCode finds a remote command's exit status in the executor's error

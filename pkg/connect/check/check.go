@@ -142,6 +142,7 @@ func (r *Result) Failed() []Probe {
 // run is one cluster during a check.
 type run struct {
 	plan   model.ClusterPlan
+	kube   *kubeclient.Getter // client's and cfg's, for exec
 	client kubernetes.Interface
 	cfg    *rest.Config
 	podIPs []string
@@ -289,7 +290,7 @@ func (c *Checker) resolve(ctx context.Context, env string) ([]*run, error) {
 		if err != nil {
 			return fmt.Errorf("cluster %q: kubeconfig: %w", r.plan.Name, err)
 		}
-		r.cfg = cfg
+		r.kube, r.cfg = kg, cfg
 		if r.client, err = kg.Kubernetes(); err != nil {
 			return fmt.Errorf("cluster %q: client: %w", r.plan.Name, err)
 		}

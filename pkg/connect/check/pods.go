@@ -1,7 +1,6 @@
 package check
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -15,8 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/remotecommand"
 )
 
 const (
@@ -232,8 +229,11 @@ func (c *Checker) runClient(ctx context.Context, r *run, probes []Probe) error {
 	}
 	execCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	out, err := c.exec(execCtx, r, clientName, "sh", "-c", sh)
+	out, errOut, err := r.kube.Exec(execCtx, c.namespace, clientName, clientName, "sh", "-c", sh)
 	if err != nil {
+		if msg := strings.TrimSpace(errOut); msg != "" {
+			err = fmt.Errorf("%w: %s", err, oneLine(msg))
+		}
 		return fmt.Errorf("running the probes in client pod %s/%s: %w", c.namespace, clientName, err)
 	}
 	parse(out, probes, c.attempts)
@@ -244,26 +244,6 @@ func (c *Checker) runClient(ctx context.Context, r *run, probes []Probe) error {
 		}
 	}
 	return nil
-}
-
-// exec runs argv in pod's container (named as the pod) through the API
-// server, as kubectl exec does, and returns its stdout; what it wrote to
-// stderr goes into the error when it fails.
-func (c *Checker) exec(ctx context.Context, r *run, pod string, argv ...string) (string, error) {
-	req := r.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(c.namespace).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: pod, Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	ex, err := remotecommand.NewSPDYExecutor(r.cfg, "POST", req.URL())
-	if err != nil {
-		return "", err
-	}
-	var out, errOut bytes.Buffer
-	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut}); err != nil {
-		if msg := strings.TrimSpace(errOut.String()); msg != "" {
-			return out.String(), fmt.Errorf("%w: %s", err, oneLine(msg))
-		}
-		return out.String(), err
-	}
-	return out.String(), nil
 }
 
 // clientIPsLine starts the meshed client's first line: its addresses.
