@@ -99,6 +99,12 @@ func (l *dockerLoader) LoadImages(ctx context.Context, kindName string, images .
 	// images share layers (MetalLB's controller and speaker do), which one
 	// `docker save` writes once, and each import costs a `docker exec`.
 	archives := map[string]string{} // images, joined -> archive holding them
+	var dir string                  // the archives', made on first need
+	defer func() {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
+	}()
 	for _, node := range nodes {
 		var missing []string
 		for _, image := range inDocker {
@@ -112,12 +118,13 @@ func (l *dockerLoader) LoadImages(ctx context.Context, kindName string, images .
 		key := strings.Join(missing, " ")
 		archive, ok := archives[key]
 		if !ok {
-			dir, err := os.MkdirTemp("", "meshctl-image-")
-			if err != nil {
-				return err
+			if dir == "" {
+				var err error
+				if dir, err = os.MkdirTemp("", "meshctl-image-"); err != nil {
+					return err
+				}
 			}
-			defer os.RemoveAll(dir)
-			archive = filepath.Join(dir, "images.tar")
+			archive = filepath.Join(dir, fmt.Sprintf("images-%d.tar", len(archives)))
 			if _, err := l.docker.Run(ctx, nil, append([]string{"save", "-o", archive}, missing...)...); err != nil {
 				return err
 			}

@@ -106,9 +106,9 @@ func New(source Source, opts ...Option) *Installer {
 		controllerImage: DefaultControllerImage,
 		speakerImage:    DefaultSpeakerImage,
 		timeout:         DefaultTimeout,
-		// MetalLB's pods, its webhook and a Service's address each come
-		// within seconds: a GET every half second finds them when they do
-		// (2 s cost up to 2 s at each of the three waits).
+		// MetalLB's pods, the pool's acceptance and a Service's address
+		// each come within seconds: a GET every half second finds them
+		// when they do (2 s cost up to 2 s at each of the three waits).
 		poll:       500 * time.Millisecond,
 		claimPause: 250 * time.Millisecond,
 	}
