@@ -53,7 +53,7 @@ var ErrBinariesMissing = errors.New("testenv: etcd/kube-apiserver binaries not f
 type Env struct {
 	Config    *rest.Config  // admin client config (client certificate, system:masters)
 	Dir       string        // temp dir with certificates, etcd data and logs
-	StartTime time.Duration // from Start to /readyz answering ok
+	StartTime time.Duration // from Start to /readyz ok and Service default/kubernetes there
 
 	stopOnce sync.Once
 	procs    []*exec.Cmd
@@ -116,7 +116,8 @@ func New(t testing.TB) *rest.Config {
 // found its port taken.
 var errPortTaken = errors.New("port taken")
 
-// Start starts etcd and kube-apiserver and waits until /readyz is ok (or ctx ends).
+// Start starts etcd and kube-apiserver and waits until /readyz is ok and
+// Service default/kubernetes exists (or ctx ends).
 //
 // The ports come from listening on port 0 and closing the listener, since
 // etcd and kube-apiserver take a port only by number: between the close and
@@ -228,6 +229,7 @@ func (e *Env) waitReady(ctx context.Context, cfg *rest.Config) error {
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 2 * time.Second}
 	defer hc.CloseIdleConnections()
 	var last string
+	readyz := false
 	for {
 		for i, ch := range e.waits {
 			select {
@@ -241,15 +243,26 @@ func (e *Env) waitReady(ctx context.Context, cfg *rest.Config) error {
 			default:
 			}
 		}
-		resp, err := hc.Get(cfg.Host + "/readyz")
+		// /readyz turns ok before the apiserver's own controller has created
+		// Service default/kubernetes, which every real cluster has and which
+		// tests read (the service range is inferred from it): wait for both.
+		path := "/readyz"
+		if readyz {
+			path = "/api/v1/namespaces/default/services/kubernetes"
+		}
+		resp, err := hc.Get(cfg.Host + path)
 		if err == nil {
 			b := make([]byte, 512)
 			n, _ := resp.Body.Read(b)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			switch {
+			case resp.StatusCode == http.StatusOK && readyz:
 				return nil
+			case resp.StatusCode == http.StatusOK:
+				readyz = true
+				continue
 			}
-			last = fmt.Sprintf("%d %s", resp.StatusCode, b[:n])
+			last = fmt.Sprintf("%s: %d %s", path, resp.StatusCode, b[:n])
 		} else {
 			last = err.Error()
 		}

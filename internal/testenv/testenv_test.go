@@ -25,6 +25,11 @@ func TestIntegration(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// As in every real cluster, Service default/kubernetes is there when
+	// New returns (kube-apiserver creates it some time after /readyz).
+	if _, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{}); err != nil {
+		t.Fatalf("Service default/kubernetes right after New: %v", err)
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "meshctl-testenv", Labels: map[string]string{"app": "meshctl"}}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace: %v", err)
