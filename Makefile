@@ -38,7 +38,12 @@ E2E_PKG := ./test/e2e
 E2E_PROCS ?= 1
 E2E_ARGS ?=
 GINKGO := _output/tools/ginkgo
-E2E_RUN = $(GINKGO) -v --procs=$(E2E_PROCS) --timeout=80m --poll-progress-after=10m $(E2E_ARGS) $(E2E_PKG)
+# The tests build as `make build` and the e2e suite build the binaries: static
+# and without grpc-go's x/net/trace. Built otherwise (cgo on, where gcc is
+# found), every package above net would be compiled twice, and on a cold cache
+# (CI's) the e2e suite's build of meshctl and meshctl-dataplane redid them all.
+TEST_ENV := CGO_ENABLED=0 GOFLAGS=-tags=grpcnotrace
+E2E_RUN = $(TEST_ENV) $(GINKGO) -v --procs=$(E2E_PROCS) --timeout=80m --poll-progress-after=10m $(E2E_ARGS) $(E2E_PKG)
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/e2e)
 
 .PHONY: all build test unit integration e2e e2e-env e2e-smoke bench bench-table noop-timing lint up down clean
@@ -57,11 +62,11 @@ test: lint integration $(GINKGO)
 	$(E2E_RUN)
 
 unit:
-	$(GO) test -short -count=1 $(UNIT_PKGS)
+	$(TEST_ENV) $(GO) test -short -count=1 $(UNIT_PKGS)
 	cd hack/tools && $(GO) test -short -count=1 ./...
 
 integration:
-	$(GO) test -count=1 -timeout 20m $(UNIT_PKGS)
+	$(TEST_ENV) $(GO) test -count=1 -timeout 20m $(UNIT_PKGS)
 	cd hack/tools && $(GO) test -count=1 ./...
 
 e2e: e2e-env $(GINKGO)

@@ -4,7 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	stdlog "log"
 	"maps"
@@ -666,7 +668,88 @@ func TestFromArchive(t *testing.T) {
 	if len(m) != 1 || len(m[0].RepoTags) != 1 || m[0].RepoTags[0] != "meshctl/pilot:v0.0.0-1-abc" {
 		t.Errorf("the node got tags %+v, want meshctl/pilot:v0.0.0-1-abc", m)
 	}
+	// Under the name Docker saved it by, the archive goes to the node as it
+	// is (written again, every uncompressed layer would be gzipped).
+	path = dockerSaved(t, src, "other/name:x")
+	same, err := FromArchive(path, "other/name:x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := same.Load(context.Background(), r, Node{Cluster: "c1", Name: "c1-worker"}); err != nil {
+		t.Fatal(err)
+	}
+	saved, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(r.calls["c1/c1-worker"], saved) {
+		t.Errorf("the node got %d bytes, not the %d-byte archive as saved", len(r.calls["c1/c1-worker"]), len(saved))
+	}
+	// Renamed, it was written again, under the new name only.
+	if bytes.Equal(r.calls["c1/c1-control-plane"], saved) {
+		t.Error("the renamed image went to the node under the name it was saved by")
+	}
 	if _, err := FromArchive(filepath.Join(t.TempDir(), "absent.tar"), "meshctl/pilot:x"); err == nil || !strings.Contains(err.Error(), "meshctl/pilot:x") {
 		t.Errorf("absent archive: %v", err)
 	}
+}
+
+// dockerSaved writes img as `docker save tag` does: manifest.json, the
+// config, and each layer uncompressed as <n>/layer.tar.
+func dockerSaved(t *testing.T, img *Image, tag string) string {
+	t.Helper()
+	v, err := img.V1()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgName, err := v.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := v.RawConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := v.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	add := func(name string, data []byte) {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(cfgName.Hex+".json", cfg)
+	var paths []string
+	for n, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, fmt.Sprintf("%d/layer.tar", n))
+		add(paths[n], data)
+	}
+	manifest, err := json.Marshal(tarball.Manifest{{Config: cfgName.Hex + ".json", RepoTags: []string{tag}, Layers: paths}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("manifest.json", manifest)
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "docker-saved.tar")
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
