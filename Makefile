@@ -42,7 +42,8 @@ GINKGO := _output/tools/ginkgo
 # and without grpc-go's x/net/trace. Built otherwise (cgo on, where gcc is
 # found), every package above net would be compiled twice, and on a cold cache
 # (CI's) the e2e suite's build of meshctl and meshctl-dataplane redid them all.
-TEST_ENV := CGO_ENABLED=0 GOFLAGS=-tags=grpcnotrace
+# (GOFLAGS keeps what `go env` sets, -buildvcs=false on these machines.)
+TEST_ENV := CGO_ENABLED=0 GOFLAGS="$(strip $(shell $(GO) env GOFLAGS) -tags=grpcnotrace)"
 E2E_RUN = $(TEST_ENV) $(GINKGO) -v --procs=$(E2E_PROCS) --timeout=80m --poll-progress-after=10m $(E2E_ARGS) $(E2E_PKG)
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/e2e)
 

@@ -141,7 +141,10 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	// finds the very image meshtest installed.
 	// grpcnotrace as the Makefile: without it grpc-go links x/net/trace
 	// and the dataplane binary every node receives nearly doubles.
-	build := exec.Command("go", "build", "-tags", "grpcnotrace", "-o", dir+"/", "../../cmd/meshctl", "../../cmd/meshctl-dataplane")
+	// -buildvcs=false: the CLI then names the dataplane image as meshtest
+	// in this test binary does (go test never stamps a version), and the
+	// install specs find the image meshtest installed unchanged.
+	build := exec.Command("go", "build", "-buildvcs=false", "-tags", "grpcnotrace", "-o", dir+"/", "../../cmd/meshctl", "../../cmd/meshctl-dataplane")
 	// Static, as `make build` builds them: the image has no C library.
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
