@@ -116,6 +116,26 @@ var _ = Describe("the cluster lifecycle", Ordered, slow, func() {
 		}
 	})
 
+	It("starts each node without avoidable work: images unpacked in the node image, the controller manager unthrottled, the kubelet started once", func() {
+		for _, c := range res.Clusters {
+			node := c.KindName + "-control-plane"
+			// the node image carries its preloaded images unpacked
+			// (hack/e2e/build-images.sh); containerd says so at boot
+			// for each one it would have to unpack first
+			out, err := docker("exec", node, "journalctl", "-u", "containerd", "--no-pager", "-o", "cat")
+			Expect(err).NotTo(HaveOccurred(), out)
+			Expect(out).To(ContainSubstring("Start recovering state"), "%s: containerd's boot is not in its journal", node)
+			Expect(out).NotTo(ContainSubstring("is not unpacked"), node)
+			out, err = docker("exec", node, "cat", "/etc/kubernetes/manifests/kube-controller-manager.yaml")
+			Expect(err).NotTo(HaveOccurred(), out)
+			Expect(out).To(ContainSubstring("--kube-api-qps=200"), node)
+			Expect(out).To(ContainSubstring("--kube-api-burst=400"), node)
+			out, err = docker("exec", node, "journalctl", "-u", "kubelet", "--no-pager", "-o", "cat")
+			Expect(err).NotTo(HaveOccurred(), out)
+			Expect(strings.Count(out, "Started kubelet.service")).To(Equal(1), "%s: kubelet starts:\n%s", node, out)
+		}
+	})
+
 	It("runs CoreDNS in each cluster, seen through the host kubeconfig", func(ctx SpecContext) {
 		Eventually(func(g Gomega) {
 			for _, c := range mesh.Clusters() {

@@ -52,6 +52,53 @@ encryptionAlgorithm: ECDSA-P256
 `,
 }
 
+// Creation-path patches (kubeadm v1beta3 as merge patches, v1beta4 as JSON
+// patches, since its extraArgs and skipPhases are lists a merge patch would
+// replace, kind's own entries with them).
+//
+// kube-controller-manager's client allows 20 requests/s (burst 30), and
+// with kubeadm's --use-service-account-credentials it makes three requests
+// for each of its ~40 controllers as it starts them one after another (get
+// and create the controller's ServiceAccount, request its token); its
+// informers start only once the last controller has: past the burst, 50 ms
+// a request put ~6 s between the lease and the first DaemonSet pod (kindnet,
+// which the node waits for to turn Ready) on every cluster created.
+//
+// kubeadm init's kubelet-finalize/enable-client-cert-rotation rewrites
+// kubelet.conf to a rotating client certificate file and restarts the
+// kubelet a few seconds after kubelet-start started it: a second kubelet
+// start (≈ 0.5 CPU-s) while the control plane comes up. The kubelet keeps
+// the client certificate kubeadm embedded, valid for a year, more than an
+// environment lives.
+const controllerManagerQPS, controllerManagerBurst = "200", "400"
+
+var creationPatches = []string{
+	`apiVersion: kubeadm.k8s.io/v1beta3
+kind: ClusterConfiguration
+controllerManager:
+  extraArgs:
+    kube-api-qps: "` + controllerManagerQPS + `"
+    kube-api-burst: "` + controllerManagerBurst + `"
+`,
+}
+
+const skipKubeletFinalize = `- op: add
+  path: /skipPhases/-
+  value: kubelet-finalize/enable-client-cert-rotation
+`
+
+var creationPatchesJSON6902 = []v1alpha4.PatchJSON6902{
+	{Group: "kubeadm.k8s.io", Version: "v1beta3", Kind: "InitConfiguration", Patch: skipKubeletFinalize},
+	{Group: "kubeadm.k8s.io", Version: "v1beta4", Kind: "InitConfiguration", Patch: skipKubeletFinalize},
+	{Group: "kubeadm.k8s.io", Version: "v1beta4", Kind: "ClusterConfiguration", Patch: `- op: add
+  path: /controllerManager/extraArgs/-
+  value: {name: kube-api-qps, value: "` + controllerManagerQPS + `"}
+- op: add
+  path: /controllerManager/extraArgs/-
+  value: {name: kube-api-burst, value: "` + controllerManagerBurst + `"}
+`},
+}
+
 // KindConfig renders the kind v1alpha4 config that creates this cluster.
 func (p *Plan) KindConfig(c ClusterPlan) *v1alpha4.Cluster {
 	labels := map[string]string{
@@ -67,7 +114,8 @@ func (p *Plan) KindConfig(c ClusterPlan) *v1alpha4.Cluster {
 			PodSubnet:     strings.Join(c.PodSubnets, ","),
 			ServiceSubnet: strings.Join(c.ServiceSubnets, ","),
 		},
-		KubeadmConfigPatches: slices.Clone(ecdsaKeyPatches),
+		KubeadmConfigPatches:         slices.Concat(ecdsaKeyPatches, creationPatches),
+		KubeadmConfigPatchesJSON6902: slices.Clone(creationPatchesJSON6902),
 	}
 	add := func(role v1alpha4.NodeRole, n int) {
 		for range n {

@@ -3,6 +3,8 @@ package model
 import (
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 func TestNewPlanGenerated(t *testing.T) {
@@ -150,9 +152,35 @@ func TestKindConfig(t *testing.T) {
 	if len(cfg.ContainerdConfigPatches) != 1 || !strings.Contains(cfg.ContainerdConfigPatches[0], `config_path = "/etc/containerd/certs.d"`) {
 		t.Errorf("registry patch: %q", cfg.ContainerdConfigPatches)
 	}
-	if len(cfg.KubeadmConfigPatches) != 2 || !strings.Contains(cfg.KubeadmConfigPatches[0], "PublicKeysECDSA: true") ||
-		!strings.Contains(cfg.KubeadmConfigPatches[1], "encryptionAlgorithm: ECDSA-P256") {
+	if len(cfg.KubeadmConfigPatches) != 3 || !strings.Contains(cfg.KubeadmConfigPatches[0], "PublicKeysECDSA: true") ||
+		!strings.Contains(cfg.KubeadmConfigPatches[1], "encryptionAlgorithm: ECDSA-P256") ||
+		!strings.Contains(cfg.KubeadmConfigPatches[2], `kube-api-qps: "200"`) {
 		t.Errorf("kubeadm patches: %q", cfg.KubeadmConfigPatches)
+	}
+	// The JSON patches must be RFC 6902 operations kind can decode, each
+	// adding to a list kind's kubeadm config has, for both kubeadm APIs.
+	targets := map[string]bool{}
+	for _, jp := range cfg.KubeadmConfigPatchesJSON6902 {
+		var ops []struct {
+			Op    string `json:"op"`
+			Path  string `json:"path"`
+			Value any    `json:"value"`
+		}
+		if err := yaml.UnmarshalStrict([]byte(jp.Patch), &ops); err != nil {
+			t.Fatalf("%s/%s %s: %v", jp.Group, jp.Version, jp.Kind, err)
+		}
+		for _, op := range ops {
+			if op.Op != "add" || !strings.HasSuffix(op.Path, "/-") || op.Value == nil {
+				t.Errorf("%s/%s %s: %+v", jp.Group, jp.Version, jp.Kind, op)
+			}
+			targets[jp.Version+" "+jp.Kind+" "+op.Path] = true
+		}
+	}
+	for _, want := range []string{"v1beta3 InitConfiguration /skipPhases/-", "v1beta4 InitConfiguration /skipPhases/-",
+		"v1beta4 ClusterConfiguration /controllerManager/extraArgs/-"} {
+		if !targets[want] {
+			t.Errorf("no JSON patch %s among %v", want, targets)
+		}
 	}
 	p.Registry.Enabled = false
 	if cfg := p.KindConfig(p.Clusters[0]); len(cfg.ContainerdConfigPatches) != 0 {
