@@ -215,6 +215,7 @@ type Conn struct {
 	bgCond      sync.Cond   // on mu: the reader goroutine waits for the reading
 	grace       *time.Timer // leadGrace after the reading was left to nobody
 	released    time.Time   // when it was
+	ledFrames   int         // frames read by leaders (for tests)
 }
 
 func newConn(nc net.Conn, cfg Config, server bool) *Conn {
@@ -507,19 +508,21 @@ func (c *Conn) Connect(ctx context.Context, authority string, fields []hpack.Hea
 		return nil, 0, err
 	}
 	c.mu.Lock()
-	c.waitForPeerLocked()
+	s.awaitResponseLocked(ctx)
 	c.mu.Unlock()
 	select {
 	case <-s.resp:
 	case <-ctx.Done():
 		c.mu.Lock()
-		c.waiting--
+		if s.respWait {
+			s.respWait = false
+			c.waiting--
+		}
 		c.mu.Unlock()
 		s.Close()
 		return nil, 0, context.Cause(ctx)
 	}
 	c.mu.Lock()
-	c.waiting--
 	status, err := s.status, s.rerr
 	c.mu.Unlock()
 	if status == 0 {

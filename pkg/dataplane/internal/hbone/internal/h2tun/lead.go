@@ -1,6 +1,7 @@
 package h2tun
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -97,10 +98,19 @@ func (c *Conn) canLeadLocked(s *Stream) bool {
 	return c.leads && s.sink == nil
 }
 
+// awaitedLocked reports whether what s's waiting goroutine waits for is in:
+// Connect's response, or a Read's data or error.
+func (s *Stream) awaitedLocked() bool {
+	if s.connecting {
+		return s.respClosed || s.ctxDone
+	}
+	return s.rn > 0 || s.rbuf.n > 0 || s.rerr != nil
+}
+
 // awaitDataLocked waits until s has data or an error, leading when it may.
 func (s *Stream) awaitDataLocked() {
 	c := s.c
-	for s.rn == 0 && s.rbuf.n == 0 && s.rerr == nil {
+	for !s.awaitedLocked() {
 		if c.mayLeadLocked(s) {
 			c.leadLocked(s)
 			continue
@@ -138,12 +148,12 @@ func (c *Conn) unfollowLocked(s *Stream) {
 	}
 }
 
-// leadLocked reads and dispatches frames until s has data or an error,
+// leadLocked reads and dispatches frames until what s waits for is in,
 // then hands the reading on.
 func (c *Conn) leadLocked(s *Stream) {
 	c.leader = s
 	c.stopGraceLocked()
-	for s.rn == 0 && s.rbuf.n == 0 && s.rerr == nil {
+	for !s.awaitedLocked() {
 		c.inRead = true
 		c.mu.Unlock()
 		f, err := c.fr.ReadFrame()
@@ -165,6 +175,7 @@ func (c *Conn) leadLocked(s *Stream) {
 			c.stopReadingLocked()
 			return
 		}
+		c.ledFrames++
 	}
 	c.leader = nil
 	c.passLocked()
@@ -186,7 +197,7 @@ func (c *Conn) passLocked() {
 		c.followers[len(c.followers)-1] = nil
 		c.followers = c.followers[:len(c.followers)-1]
 		f.following = false
-		if f.rn == 0 && f.rbuf.n == 0 && f.rerr == nil {
+		if !f.awaitedLocked() {
 			c.leader = f
 			f.cond.Broadcast()
 			return
@@ -231,6 +242,31 @@ func (c *Conn) wakeReaderLocked() {
 	c.bgLeads = true
 	c.stopGraceLocked()
 	c.bgCond.Signal()
+}
+
+// awaitResponseLocked waits for the response to s's CONNECT, leading when
+// it may, until ctx ends; the caller then waits for s.resp.
+func (s *Stream) awaitResponseLocked(ctx context.Context) {
+	c := s.c
+	if !c.mayLeadLocked(s) {
+		s.respWait = true
+		c.waitForPeerLocked()
+		return
+	}
+	s.connecting = true
+	stop := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		s.ctxDone = true
+		if c.leader == s && c.inRead {
+			c.interruptLocked()
+		}
+		c.mu.Unlock()
+	})
+	c.leadLocked(s)
+	s.connecting = false
+	c.mu.Unlock()
+	stop()
+	c.mu.Lock()
 }
 
 // waitForPeerLocked is called by a goroutine about to wait for something

@@ -458,6 +458,11 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return nil // 1xx informational: the real response follows
 	}
 	s.status = st
+	if c.canLeadLocked(s) {
+		// Its Reads will likely follow: the reader goroutine leaves them
+		// the reading (lead.go).
+		c.yieldBG = true
+	}
 	if f.StreamEnded() {
 		s.remoteDone = true
 		if s.rerr == nil {

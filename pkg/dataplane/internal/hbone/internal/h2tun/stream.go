@@ -44,6 +44,9 @@ type Stream struct {
 	wakeDeferred bool  // flushWakes wakes the Read
 	queued       bool  // on the connection's wakes list
 	following    bool  // on the connection's followers (lead.go)
+	connecting   bool  // Connect leads, waiting for the response
+	ctxDone      bool  // Connect's context ended
+	respWait     bool  // Connect waits for the response in waiting
 	respSent     bool  // server: response HEADERS written
 	rerr         error // errEOF, a *StreamError, ErrRefused or the connection's error
 	werr         error
@@ -75,6 +78,10 @@ func (s *Stream) wakeLocked() {
 	if s.resp != nil && !s.respClosed && (s.status != 0 || s.finished || s.rerr != nil && s.rerr != errEOF) {
 		s.respClosed = true
 		close(s.resp)
+		if s.respWait {
+			s.respWait = false
+			s.c.waiting--
+		}
 	}
 }
 
