@@ -214,7 +214,9 @@ type Conn struct {
 	readStopped bool        // the connection failed: nobody reads any more
 	bgCond      sync.Cond   // on mu: the reader goroutine waits for the reading
 	grace       *time.Timer // leadGrace after the reading was left to nobody
-	released    time.Time   // when it was
+	graceArmed  bool        // grace is running
+	released    uint64      // times the reading was left to nobody
+	graceFrom   uint64      // released when grace started
 	ledFrames   int         // frames read by leaders (for tests)
 }
 

@@ -22,7 +22,7 @@ import (
 // meanwhile follow: the leader delivers their data as the reader goroutine
 // would, and when it returns it hands the reading to one of them.
 //
-// With no follower, the reading is left to nobody for leadGrace, since the
+// With no follower, the reading is left to nobody for about leadGrace, since the
 // caller of Read usually comes back at once (a request, then the next
 // Read), and then goes back to the reader goroutine, which reads whenever
 // no Read does: what the peer sends unasked (PING, SETTINGS, GOAWAY,
@@ -49,8 +49,8 @@ import (
 
 // leadGrace is how long the reading stays with nobody after a Read that
 // led returns, waiting for the next Read, before the reader goroutine
-// takes it back.
-const leadGrace = time.Millisecond
+// takes it back (at most twice that: see armGraceLocked).
+var leadGrace = 5 * time.Millisecond
 
 // pastDeadline interrupts a read.
 var pastDeadline = time.Unix(1, 0)
@@ -152,7 +152,6 @@ func (c *Conn) unfollowLocked(s *Stream) {
 // then hands the reading on.
 func (c *Conn) leadLocked(s *Stream) {
 	c.leader = s
-	c.stopGraceLocked()
 	for !s.awaitedLocked() {
 		c.inRead = true
 		c.mu.Unlock()
@@ -207,7 +206,20 @@ func (c *Conn) passLocked() {
 		c.wakeReaderLocked()
 		return
 	}
-	c.released = time.Now()
+	c.released++
+	if !c.graceArmed {
+		c.armGraceLocked()
+	}
+}
+
+// armGraceLocked starts the grace timer. It is not stopped when a Read
+// takes the reading, nor started again at each release while it runs:
+// setting a timer can wake the runtime's network poller thread (runtime's
+// wakeNetPoller), a wakeup per round trip of the kind this file removes.
+// So the reading goes back to the reader goroutine between leadGrace and
+// twice that after it was left to nobody.
+func (c *Conn) armGraceLocked() {
+	c.graceArmed, c.graceFrom = true, c.released
 	if c.grace == nil {
 		c.grace = time.AfterFunc(leadGrace, c.onGrace)
 		return
@@ -219,28 +231,27 @@ func (c *Conn) stopGraceLocked() {
 	if c.grace != nil {
 		c.grace.Stop()
 	}
+	c.graceArmed = false
 }
 
-// onGrace gives the reading to the reader goroutine once nobody has had it
-// for leadGrace.
+// onGrace gives the reading to the reader goroutine if nobody has had it
+// since the timer started.
 func (c *Conn) onGrace() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.leader != nil || c.bgLeads || c.readStopped || c.closed {
-		return
+	c.graceArmed = false
+	switch {
+	case c.leader != nil || c.bgLeads || c.readStopped || c.closed:
+	case c.released != c.graceFrom:
+		c.armGraceLocked() // read meanwhile and left again
+	default:
+		c.wakeReaderLocked()
 	}
-	// A timer that fired as the reading was taken and left again is early.
-	if d := time.Since(c.released); d < leadGrace {
-		c.grace.Reset(leadGrace - d)
-		return
-	}
-	c.wakeReaderLocked()
 }
 
 // wakeReaderLocked gives the reading to the reader goroutine.
 func (c *Conn) wakeReaderLocked() {
 	c.bgLeads = true
-	c.stopGraceLocked()
 	c.bgCond.Signal()
 }
 
