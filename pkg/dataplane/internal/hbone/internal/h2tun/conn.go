@@ -59,6 +59,8 @@ type Config struct {
 	// (lead.go): the hand-off that the benchmarks' row without inline
 	// delivery keeps.
 	NoLead bool
+
+	leadGrace time.Duration // leadGrace, unless a test sets it
 }
 
 // Batcher is the socket under the TLS connection, able to hold its writes
@@ -120,6 +122,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CountError == nil {
 		c.CountError = func(string) {}
+	}
+	if c.leadGrace == 0 {
+		c.leadGrace = leadGrace
 	}
 }
 

@@ -49,8 +49,9 @@ import (
 
 // leadGrace is how long the reading stays with nobody after a Read that
 // led returns, waiting for the next Read, before the reader goroutine
-// takes it back (at most twice that: see armGraceLocked).
-var leadGrace = 5 * time.Millisecond
+// takes it back (at most twice that: see armGraceLocked). Tests change it
+// per connection (Config.leadGrace).
+const leadGrace = 5 * time.Millisecond
 
 // pastDeadline interrupts a read.
 var pastDeadline = time.Unix(1, 0)
@@ -221,10 +222,10 @@ func (c *Conn) passLocked() {
 func (c *Conn) armGraceLocked() {
 	c.graceArmed, c.graceFrom = true, c.released
 	if c.grace == nil {
-		c.grace = time.AfterFunc(leadGrace, c.onGrace)
+		c.grace = time.AfterFunc(c.cfg.leadGrace, c.onGrace)
 		return
 	}
-	c.grace.Reset(leadGrace)
+	c.grace.Reset(c.cfg.leadGrace)
 }
 
 func (c *Conn) stopGraceLocked() {

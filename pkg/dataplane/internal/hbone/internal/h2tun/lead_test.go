@@ -234,6 +234,35 @@ func waitFor(t *testing.T, cc *Conn, what string, cond func() bool) {
 	}
 }
 
+// awaitLead waits until st's Read, started by the caller, leads. A Read
+// that follows the reader goroutine (which took the reading back after the
+// grace period) gets the reading once the reader has read a frame: the
+// server sends a PING for it to read.
+func awaitLead(t *testing.T, cc *Conn, srv *scripted, st *Stream) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cc.mu.Lock()
+		leads, follows := cc.leader == st && cc.inRead, st.following
+		cc.mu.Unlock()
+		if leads {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting until the Read leads")
+		}
+		if follows {
+			srv.write(frames(func(fr *http2.Framer) { _ = fr.WritePing(false, [8]byte{'l', 'e', 'a', 'd'}) }))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// holdGrace is a configuration whose connection leaves the reading to
+// nobody until a Read takes it, however long that takes: what leads and
+// what follows then depends on the test alone.
+var holdGrace = Config{leadGrace: time.Hour}
+
 type readResult struct {
 	b   []byte
 	err error
@@ -275,12 +304,12 @@ func forBoth(t *testing.T, f func(t *testing.T, useTLS bool)) {
 func TestLeaderReadsItsOwnData(t *testing.T) {
 	t.Parallel()
 	forBoth(t, func(t *testing.T, useTLS bool) {
-		cc, srv := newScripted(t, useTLS, Config{})
+		cc, srv := newScripted(t, useTLS, holdGrace)
 		st := openStreams(t, cc, 1)[0]
 		for i := range 20 {
 			want := fmt.Appendf(nil, "response %d", i)
 			rc := readFull(st, len(want))
-			waitFor(t, cc, "the Read leads", func() bool { return cc.leader == st && cc.inRead })
+			awaitLead(t, cc, srv, st)
 			srv.write(dataFrame(st.id, want, false))
 			if r := result(t, rc, "own data"); r.err != nil || !bytes.Equal(r.b, want) {
 				t.Fatalf("Read %q, %v; want %q", r.b, r.err, want)
@@ -291,6 +320,17 @@ func TestLeaderReadsItsOwnData(t *testing.T) {
 		cc.mu.Unlock()
 		if led < 20 {
 			t.Errorf("leaders read %d frames, want the 20 DATA frames at least", led)
+		}
+		// With the default grace the reading goes back to the reader
+		// goroutine once nobody takes it.
+		cc, srv = newScripted(t, useTLS, Config{})
+		st = openStreams(t, cc, 1)[0]
+		waitFor(t, cc, "the reader goroutine reads again", func() bool { return cc.bgLeads })
+		rc := readFull(st, 2)
+		awaitLead(t, cc, srv, st)
+		srv.write(dataFrame(st.id, []byte("ok"), false))
+		if r := result(t, rc, "after the grace"); r.err != nil || string(r.b) != "ok" {
+			t.Fatalf("Read %q, %v", r.b, r.err)
 		}
 	})
 }
@@ -325,14 +365,16 @@ func TestLeaderHandsOverACutFrame(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cc, srv := newScripted(t, tc.tls, Config{MaxReadFrameSize: 64 << 10})
+			cfg := holdGrace
+			cfg.MaxReadFrameSize = 64 << 10
+			cc, srv := newScripted(t, tc.tls, cfg)
 			sts := openStreams(t, cc, 2)
 			a, b := sts[0], sts[1]
 			if b.id != 3 {
 				t.Fatalf("second stream is %d", b.id)
 			}
 			ra := readFull(a, 1)
-			waitFor(t, cc, "A leads", func() bool { return cc.leader == a && cc.inRead })
+			awaitLead(t, cc, srv, a)
 			rb := readFull(b, len(payload))
 			waitFor(t, cc, "B follows", func() bool { return b.following })
 
@@ -371,7 +413,7 @@ func TestLeaderHandsOverACutFrame(t *testing.T) {
 // block to its end before it returns.
 func TestLeaderInterruptWaitsForHeaderBlock(t *testing.T) {
 	t.Parallel()
-	cc, srv := newScripted(t, false, Config{})
+	cc, srv := newScripted(t, false, holdGrace)
 	sts := openStreams(t, cc, 2)
 	a, b := sts[0], sts[1]
 	var blk bytes.Buffer
@@ -385,7 +427,7 @@ func TestLeaderInterruptWaitsForHeaderBlock(t *testing.T) {
 	cont := frames(func(fr *http2.Framer) { _ = fr.WriteContinuation(b.id, true, blk.Bytes()[half:]) })
 
 	ra := readFull(a, 1)
-	waitFor(t, cc, "A leads", func() bool { return cc.leader == a && cc.inRead })
+	awaitLead(t, cc, srv, a)
 	rb := readFull(b, 1)
 	waitFor(t, cc, "B follows", func() bool { return b.following })
 	srv.cut.cutAfter(len(headers) + 3)
@@ -430,10 +472,10 @@ func TestLeaderAndFollowerWhenTheConnectionEnds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			forBoth(t, func(t *testing.T, useTLS bool) {
-				cc, srv := newScripted(t, useTLS, Config{})
+				cc, srv := newScripted(t, useTLS, holdGrace)
 				sts := openStreams(t, cc, 3)
 				ra := readFull(sts[0], 1)
-				waitFor(t, cc, "a Read leads", func() bool { return cc.leader == sts[0] && cc.inRead })
+				awaitLead(t, cc, srv, sts[0])
 				rb, rc := readFull(sts[1], 1), readFull(sts[2], 1)
 				waitFor(t, cc, "two Reads follow", func() bool { return len(cc.followers) == 2 })
 				tc.end(cc, srv)
@@ -451,10 +493,10 @@ func TestLeaderAndFollowerWhenTheConnectionEnds(t *testing.T) {
 	t.Run("GOAWAY", func(t *testing.T) {
 		t.Parallel()
 		forBoth(t, func(t *testing.T, useTLS bool) {
-			cc, srv := newScripted(t, useTLS, Config{})
+			cc, srv := newScripted(t, useTLS, holdGrace)
 			sts := openStreams(t, cc, 2)
 			ra := readFull(sts[0], 4)
-			waitFor(t, cc, "a Read leads", func() bool { return cc.leader == sts[0] && cc.inRead })
+			awaitLead(t, cc, srv, sts[0])
 			rb := readFull(sts[1], 1)
 			waitFor(t, cc, "a Read follows", func() bool { return sts[1].following })
 			srv.write(frames(func(fr *http2.Framer) { _ = fr.WriteGoAway(sts[0].id, http2.ErrCodeNo, nil) }))
@@ -478,7 +520,7 @@ func TestNobodyReading(t *testing.T) {
 		cc, srv := newScripted(t, useTLS, Config{}, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1000})
 		st := openStreams(t, cc, 1)[0]
 		rc := readFull(st, 2)
-		waitFor(t, cc, "the Read leads", func() bool { return cc.leader == st && cc.inRead })
+		awaitLead(t, cc, srv, st)
 		srv.write(dataFrame(st.id, []byte("hi"), false))
 		if r := result(t, rc, "Read"); r.err != nil {
 			t.Fatal(r.err)
@@ -794,7 +836,7 @@ func handOverAnywhere(t *testing.T, useTLS bool, seed uint64) {
 func TestConnectLeadsUntilContextEnds(t *testing.T) {
 	t.Parallel()
 	forBoth(t, func(t *testing.T, useTLS bool) {
-		cc, srv := newScripted(t, useTLS, Config{})
+		cc, srv := newScripted(t, useTLS, holdGrace)
 		st := openStreams(t, cc, 1)[0] // the reader goroutine leaves the reading
 		srv.mute.Store(true)
 		if !cc.Reserve() {
