@@ -42,10 +42,12 @@ import (
 // the HPACK decoder has already taken, the interrupt waits for the block's
 // end.
 //
-// Streams with a sink (SetSink) do not lead: the reader writes their data
-// to the sink without waking them, which their own goroutine reading could
-// not better. Server connections are read by their reader goroutine alone,
-// and so is a connection whose net.Conn has no read deadline.
+// Reads of streams with a sink (SetSink) lead only when nobody reads (the
+// tunnel's first Read after Connect led, say): they do not follow, since
+// whoever reads writes their data to the sink without waking them, which
+// their own goroutine reading could not better. Server connections are
+// read by their reader goroutine alone, and so is a connection whose
+// net.Conn has no read deadline.
 
 // leadGrace is how long the reading stays with nobody after a Read that
 // led returns, waiting for the next Read, before the reader goroutine
@@ -88,13 +90,16 @@ func (c *Conn) readLoop() {
 }
 
 // mayLeadLocked reports whether s's Read may read the connection now: it
-// was handed the reading, or nobody has it.
+// was handed the reading, or nobody has it. A Read of a stream with a sink
+// leads too when nobody reads (rather than wake the reader goroutine), but
+// does not follow: whoever reads writes its data to the sink without
+// waking it.
 func (c *Conn) mayLeadLocked(s *Stream) bool {
-	return c.leader == s || c.canLeadLocked(s) && c.leader == nil && !c.bgLeads && !c.readStopped && !c.closed
+	return c.leader == s || c.leads && c.leader == nil && !c.bgLeads && !c.readStopped && !c.closed
 }
 
-// canLeadLocked reports whether s's Reads lead rather than wait for the
-// reader goroutine.
+// canLeadLocked reports whether s's Reads follow a reader and are handed
+// the reading rather than wait for the reader goroutine.
 func (c *Conn) canLeadLocked(s *Stream) bool {
 	return c.leads && s.sink == nil
 }

@@ -868,3 +868,40 @@ func TestConnectLeadsUntilContextEnds(t *testing.T) {
 		openStreams(t, cc, 1)
 	})
 }
+
+// TestSinkReadLeadsWhenNobodyReads: the Read of a stream with a sink reads
+// the connection itself when nobody does, writing its data to the sink
+// as the reader goroutine would, and returns when the stream is closed.
+func TestSinkReadLeadsWhenNobodyReads(t *testing.T) {
+	t.Parallel()
+	forBoth(t, func(t *testing.T, useTLS bool) {
+		cc, srv := newScripted(t, useTLS, holdGrace)
+		st := openStreams(t, cc, 1)[0]
+		sinkW, sinkR := tcpPair(t)
+		rc, err := sinkW.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sunk atomic.Int64
+		st.SetSink(rc, func(n int) { sunk.Add(int64(n)) })
+		rd := readFull(st, 1)
+		waitFor(t, cc, "the sink's Read leads", func() bool { return cc.leader == st && cc.inRead })
+		var want []byte
+		for i := range 50 {
+			p := bytes.Repeat([]byte{byte(i)}, 1+i*300)
+			want = append(want, p...)
+			srv.write(dataFrame(st.id, p, false))
+		}
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(sinkR, got); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("sink got %d bytes, %v; want the %d sent, in order", len(got), err, len(want))
+		}
+		if sunk.Load() != int64(len(want)) {
+			t.Errorf("sink counted %d bytes, want %d", sunk.Load(), len(want))
+		}
+		st.Close()
+		if r := result(t, rd, "closed sink stream"); r.err == nil {
+			t.Fatalf("Read returned %q without an error", r.b)
+		}
+	})
+}
