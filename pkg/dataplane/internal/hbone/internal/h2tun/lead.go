@@ -265,6 +265,9 @@ func (c *Conn) wakeReaderLocked() {
 // it may, until ctx ends; the caller then waits for s.resp.
 func (s *Stream) awaitResponseLocked(ctx context.Context) {
 	c := s.c
+	if s.respClosed {
+		return // the reader had it before Connect got here
+	}
 	if !c.mayLeadLocked(s) {
 		s.respWait = true
 		c.waitForPeerLocked()

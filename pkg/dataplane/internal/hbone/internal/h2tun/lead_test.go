@@ -212,6 +212,9 @@ func openStreams(t *testing.T, cc *Conn, n int) []*Stream {
 			t.Fatalf("Connect: %d %v", status, err)
 		}
 		sts[i] = st
+		// Nothing else waits for the peer: the count of waiters must not
+		// keep the Connect (a leaked count keeps the reading from Reads).
+		waitFor(t, cc, "no goroutine counted as waiting for the peer", func() bool { return cc.waiting == 0 })
 	}
 	return sts
 }
