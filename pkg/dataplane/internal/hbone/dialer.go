@@ -199,6 +199,9 @@ func (d *Dialer) dialConn(ctx context.Context, t Target) (*h2tun.Conn, error) {
 		// timeout, GOAWAY, error, Close).
 		OnClose: func() { m.poolConns.Dec() },
 		Batch:   bc,
+		// The row without inline delivery keeps the hand-off to the
+		// Read's goroutine too.
+		NoLead: d.cfg.noInline,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hbone h2 with %s: %w", t.Gateway, err)

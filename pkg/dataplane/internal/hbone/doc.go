@@ -17,7 +17,9 @@
 // The HTTP/2 connection is internal/h2tun: x/net/http2's Framer and hpack
 // for everything on the wire, with a stream state machine and flow control
 // of its own, built for tunnels (one reader goroutine per connection, writes
-// from the copying goroutine). The h2tun package comment says what is kept
+// from the copying goroutine; on the client, a Read waiting while nobody
+// reads the connection reads it itself, which saves Dial's callers a
+// wakeup per response). The h2tun package comment says what is kept
 // from x/net. TestH2Spec runs h2spec's server suite against the Server.
 //
 // Where a tunnel's far side is a plain TCP socket (the destination on the

@@ -53,6 +53,14 @@ type Config struct {
 	// ends, so that the TLS records of one flush can leave in one syscall
 	// (a TLS connection writes each record to its socket separately).
 	Batch Batcher
+	// NoLead keeps every Read of a client connection waiting for the
+	// reader goroutine to hand it its data, as on a server connection,
+	// instead of reading the connection itself when nobody else does
+	// (lead.go): the hand-off that the benchmarks' row without inline
+	// delivery keeps.
+	NoLead bool
+
+	leadGrace time.Duration // leadGrace, unless a test sets it
 }
 
 // Batcher is the socket under the TLS connection, able to hold its writes
@@ -114,6 +122,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CountError == nil {
 		c.CountError = func(string) {}
+	}
+	if c.leadGrace == 0 {
+		c.leadGrace = leadGrace
 	}
 }
 
@@ -184,7 +195,6 @@ type Conn struct {
 	ctlOverflow   atomic.Bool
 	closeOnce     sync.Once
 	done          chan struct{} // closed by close
-	readerDone    chan struct{}
 	handler       func(*Stream, *Request)
 	handlersGroup sync.WaitGroup
 	sawSettings   bool // the reader has had the peer's first SETTINGS
@@ -195,6 +205,24 @@ type Conn struct {
 	deadlineSet   time.Time                 // when flushLocked last set the write deadline, under wmu
 	pings         map[[8]byte]chan struct{} // our PINGs awaiting their ack, by payload
 	pingSeq       uint64
+
+	// Who reads the connection (lead.go). fr reads through frd when leads.
+	leads       bool        // Reads may lead (client, read deadlines work, not NoLead)
+	frd         frameReader //
+	leader      *Stream     // the stream whose Read has the reading
+	bgLeads     bool        // the reader goroutine has it (it may not have woken yet)
+	inRead      bool        // the leader is in ReadFrame, where an interrupt reaches it
+	intr        atomic.Bool // a read deadline in the past interrupts the leader (set under mu)
+	followers   []*Stream   // Reads waiting to lead while another reads
+	waiting     int         // goroutines waiting for the peer that do not read
+	yieldBG     bool        // the reader goroutine woke a Read that may lead
+	readStopped bool        // the connection failed: nobody reads any more
+	bgCond      sync.Cond   // on mu: the reader goroutine waits for the reading
+	grace       *time.Timer // leadGrace after the reading was left to nobody
+	graceArmed  bool        // grace is running
+	released    uint64      // times the reading was left to nobody
+	graceFrom   uint64      // released when grace started
+	ledFrames   int         // frames read by leaders (for tests)
 }
 
 func newConn(nc net.Conn, cfg Config, server bool) *Conn {
@@ -207,10 +235,18 @@ func newConn(nc net.Conn, cfg Config, server bool) *Conn {
 		peerWindow:   initialWindow,
 		peerMaxFrame: 16 << 10,
 		sendWindow:   initialWindow,
-		readerDone:   make(chan struct{}),
 		done:         make(chan struct{}),
+		bgLeads:      true,
 	}
-	c.fr = http2.NewFramer(&c.wbuf, nc)
+	c.bgCond.L = &c.mu
+	var r io.Reader = nc
+	// A leader's read must be interruptible: only read deadlines do that.
+	if !server && !cfg.NoLead && nc.SetReadDeadline(time.Time{}) == nil {
+		c.leads = true
+		c.frd.c = c
+		r = &c.frd
+	}
+	c.fr = http2.NewFramer(&c.wbuf, r)
 	c.fr.SetReuseFrames()
 	c.fr.SetMaxReadFrameSize(cfg.MaxReadFrameSize)
 	c.fr.MaxHeaderListSize = cfg.MaxHeaderListSize
@@ -415,10 +451,12 @@ func (c *Conn) Ping(ctx context.Context) error {
 	}
 	c.pings[data] = acked
 	ok := c.queueLocked(ctlFrame{typ: http2.FramePing, val: 1, data: data})
+	c.waitForPeerLocked()
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
 		delete(c.pings, data)
+		c.waiting--
 		c.mu.Unlock()
 	}()
 	if !ok {
@@ -476,9 +514,18 @@ func (c *Conn) Connect(ctx context.Context, authority string, fields []hpack.Hea
 		s.Close()
 		return nil, 0, err
 	}
+	c.mu.Lock()
+	s.awaitResponseLocked(ctx)
+	c.mu.Unlock()
 	select {
 	case <-s.resp:
 	case <-ctx.Done():
+		c.mu.Lock()
+		if s.respWait {
+			s.respWait = false
+			c.waiting--
+		}
+		c.mu.Unlock()
 		s.Close()
 		return nil, 0, context.Cause(ctx)
 	}
@@ -646,6 +693,8 @@ func (c *Conn) close(err error) {
 		c.closed = true
 		c.err = err
 		c.stopIdleLocked()
+		c.stopGraceLocked()
+		c.bgCond.Broadcast()
 		for _, s := range c.streams {
 			if s.rerr == nil {
 				s.rerr = err

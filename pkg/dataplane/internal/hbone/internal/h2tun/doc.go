@@ -8,7 +8,11 @@
 // per-stream receive buffers and never blocks on a write, and stream writes
 // frame DATA directly from the caller's goroutine (x/net/http2's Transport
 // and Server hand every frame across several goroutines, a scheduler round
-// trip per 16 KiB on a tunnel). The server's streams live until both
+// trip per 16 KiB on a tunnel). On a client connection, a Read or Connect
+// that waits while nobody reads the connection reads and dispatches frames
+// itself instead, and the reader goroutine reads whenever none does
+// (leader/follower, lead.go): the caller of a small request/response gets
+// its answer without a wakeup by the reader. The server's streams live until both
 // directions end, so a destination that half-closes first does not drop
 // what the client is still sending.
 //

@@ -2,50 +2,11 @@ package h2tun
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
 	"golang.org/x/net/http2"
 )
-
-// readLoop is the connection's one reader: it demultiplexes frames into
-// streams and never blocks on anything but the socket.
-func (c *Conn) readLoop() {
-	defer close(c.readerDone)
-	defer c.flushWakes()
-	for {
-		f, err := c.fr.ReadFrame()
-		if err != nil {
-			var se http2.StreamError
-			if errors.As(err, &se) {
-				c.cfg.CountError("stream_" + se.Code.String())
-				c.resetStream(se.StreamID, se.Code)
-				continue
-			}
-			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
-				c.connError(err)
-				return
-			}
-			if errors.Is(err, http2.ErrFrameTooLarge) {
-				c.connError(http2.ConnectionError(http2.ErrCodeFrameSize))
-				return
-			}
-			c.close(fmt.Errorf("h2 read: %w", err))
-			return
-		}
-		if err := c.handle(f); err != nil {
-			c.connError(err)
-			return
-		}
-		if c.ctlOverflow.Load() {
-			c.cfg.CountError("control_flood")
-			c.connError(http2.ConnectionError(http2.ErrCodeEnhanceYourCalm))
-			return
-		}
-	}
-}
 
 // resetStream answers a stream-level error the framer found.
 func (c *Conn) resetStream(id uint32, code http2.ErrCode) {
@@ -406,6 +367,11 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 		s.wakeDeferred = true
 		c.queueWakeLocked(s)
 	}
+	if s.rdst != nil && !inlined && c.canLeadLocked(s) {
+		// Its caller will likely Read again: the reader goroutine leaves
+		// that Read the reading (lead.go).
+		c.yieldBG = true
+	}
 	c.deferred += int(n)
 	flush := c.deferred >= maxDeferredBytes
 	c.mu.Unlock()
@@ -430,9 +396,15 @@ func (c *Conn) queueWakeLocked(s *Stream) {
 
 // flushWakes writes the data onData held for sinks and wakes the Reads
 // whose wakeup it deferred. The reader calls it just before it would block
-// on the socket.
+// on the socket, and a reader that gives up the reading (lead.go) before it
+// does.
 func (c *Conn) flushWakes() {
 	c.mu.Lock()
+	c.flushWakesLocked()
+	c.mu.Unlock()
+}
+
+func (c *Conn) flushWakesLocked() {
 	for i, s := range c.wakes {
 		s.queued = false
 		s.flushHeldLocked()
@@ -444,7 +416,6 @@ func (c *Conn) flushWakes() {
 	}
 	c.wakes = c.wakes[:0]
 	c.deferred = 0
-	c.mu.Unlock()
 }
 
 func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
@@ -487,6 +458,11 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return nil // 1xx informational: the real response follows
 	}
 	s.status = st
+	if c.canLeadLocked(s) {
+		// Its Reads will likely follow: the reader goroutine leaves them
+		// the reading (lead.go).
+		c.yieldBG = true
+	}
 	if f.StreamEnded() {
 		s.remoteDone = true
 		if s.rerr == nil {

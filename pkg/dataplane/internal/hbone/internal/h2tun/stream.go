@@ -43,6 +43,10 @@ type Stream struct {
 	held         *[]byte
 	wakeDeferred bool  // flushWakes wakes the Read
 	queued       bool  // on the connection's wakes list
+	following    bool  // on the connection's followers (lead.go)
+	connecting   bool  // Connect leads, waiting for the response
+	ctxDone      bool  // Connect's context ended
+	respWait     bool  // Connect waits for the response in waiting
 	respSent     bool  // server: response HEADERS written
 	rerr         error // errEOF, a *StreamError, ErrRefused or the connection's error
 	werr         error
@@ -68,9 +72,16 @@ func (s *Stream) ID() uint32 { return s.id }
 
 func (s *Stream) wakeLocked() {
 	s.cond.Broadcast()
+	if c := s.c; c.leader == s && c.inRead && s.rerr != nil {
+		c.interruptLocked() // its Read is reading the socket: it must return
+	}
 	if s.resp != nil && !s.respClosed && (s.status != 0 || s.finished || s.rerr != nil && s.rerr != errEOF) {
 		s.respClosed = true
 		close(s.resp)
+		if s.respWait {
+			s.respWait = false
+			s.c.waiting--
+		}
 	}
 }
 
@@ -242,9 +253,7 @@ func (s *Stream) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	if s.rbuf.n == 0 && s.rerr == nil && len(p) > 0 {
 		s.rdst, s.rn = p, 0
-		for s.rn == 0 && s.rbuf.n == 0 && s.rerr == nil {
-			s.cond.Wait()
-		}
+		s.awaitDataLocked()
 		n := s.rn
 		s.rdst, s.rn = nil, 0
 		if n > 0 {
@@ -401,10 +410,12 @@ func (s *Stream) waitWindowLocked() error {
 	c := s.c
 	if s.werr == nil && !s.localDone && (s.sendWindow <= 0 || c.sendWindow <= 0) {
 		s.armStallLocked()
+		c.waitForPeerLocked() // its WINDOW_UPDATE must be read
 		for s.werr == nil && !s.localDone && (s.sendWindow <= 0 || c.sendWindow <= 0) {
 			s.waitingSend = true
 			s.cond.Wait()
 		}
+		c.waiting--
 		s.waitingSend = false
 		s.stopStallLocked()
 	}
