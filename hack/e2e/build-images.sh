@@ -264,7 +264,7 @@ TOML
   # node imported with --no-unpack extracted ~530 MB of layers on every cluster creation
   # (containerd logs "The image ... is not unpacked" at boot), and the node's /var volume
   # got a copy of the blobs too. The image's config and manifest stay, so the CRI lists
-  # the image and sees its snapshot chain; pinned, the kubelet never collects it.
+  # the image and sees its snapshot chain.
   pctr() { chroot "$r" ctr -a /run/containerd-preload/containerd.sock -n k8s.io "$@"; }
   while read -r t; do
     pctr images import --label=io.cri-containerd.pinned=pinned --all-platforms - <"$t" >/dev/null \
