@@ -271,9 +271,11 @@ TOML
       || { kill "$ctrd_pid"; die "ctr import $t failed"; }
   done <"$WORK/preload.node"
   pctr images ls -q >&2
+  # (the loop writes a file, not a pipe, so that die ends the script, not a subshell)
   for m in $(pctr images ls | awk 'NR > 1 { print $3 }' | sort -u); do
     pctr content get "$m" </dev/null | jq -r '(.layers // [])[].digest' || { kill "$ctrd_pid"; die "cannot read manifest $m"; }
-  done | sort -u >"$WORK/layers"
+  done >"$WORK/layers.all"
+  sort -u "$WORK/layers.all" >"$WORK/layers"
   [ "$(find "$r/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots" -mindepth 1 -maxdepth 1 | wc -l)" -ge "$(wc -l <"$WORK/preload.node")" ] \
     || { kill "$ctrd_pid"; die "preloaded images were not unpacked into the overlayfs snapshotter"; }
   xargs -r chroot "$r" ctr -a /run/containerd-preload/containerd.sock -n k8s.io content rm <"$WORK/layers" >/dev/null \
