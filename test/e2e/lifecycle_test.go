@@ -116,7 +116,7 @@ var _ = Describe("the cluster lifecycle", Ordered, slow, func() {
 		}
 	})
 
-	It("starts each node without avoidable work: images unpacked in the node image, the controller manager unthrottled, the kubelet started once", func() {
+	It("starts each node without avoidable work: images unpacked in the node image, the controller manager unthrottled, no self-signed serving certificates, etcd's gRPC apart from HTTP, the kubelet started once", func() {
 		for _, c := range res.Clusters {
 			node := c.KindName + "-control-plane"
 			// the node image carries its preloaded images unpacked
@@ -130,6 +130,18 @@ var _ = Describe("the cluster lifecycle", Ordered, slow, func() {
 			Expect(err).NotTo(HaveOccurred(), out)
 			Expect(out).To(ContainSubstring("--kube-api-qps=200"), node)
 			Expect(out).To(ContainSubstring("--kube-api-burst=400"), node)
+			// the controller manager and the scheduler serve with the API
+			// server's certificate (no self-signed RSA keys at start): it
+			// verifies against the cluster CA; etcd serves its HTTP
+			// endpoints apart from gRPC (pkg/cluster/model/kindconfig.go)
+			for _, port := range []string{"10257", "10259"} {
+				out, err = docker("exec", node, "curl", "-sS", "--cacert", "/etc/kubernetes/pki/ca.crt", "https://localhost:"+port+"/healthz")
+				Expect(err).NotTo(HaveOccurred(), "%s: port %s: %s", node, port, out)
+				Expect(out).To(Equal("ok"), "%s: port %s", node, port)
+			}
+			out, err = docker("exec", node, "cat", "/etc/kubernetes/manifests/etcd.yaml")
+			Expect(err).NotTo(HaveOccurred(), out)
+			Expect(out).To(ContainSubstring("--listen-client-http-urls=https://127.0.0.1:2382"), node)
 			out, err = docker("exec", node, "journalctl", "-u", "kubelet", "--no-pager", "-o", "cat")
 			Expect(err).NotTo(HaveOccurred(), out)
 			Expect(strings.Count(out, "Started kubelet.service")).To(Equal(1), "%s: kubelet starts:\n%s", node, out)

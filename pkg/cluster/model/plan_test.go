@@ -152,13 +152,15 @@ func TestKindConfig(t *testing.T) {
 	if len(cfg.ContainerdConfigPatches) != 1 || !strings.Contains(cfg.ContainerdConfigPatches[0], `config_path = "/etc/containerd/certs.d"`) {
 		t.Errorf("registry patch: %q", cfg.ContainerdConfigPatches)
 	}
-	if len(cfg.KubeadmConfigPatches) != 3 || !strings.Contains(cfg.KubeadmConfigPatches[0], "PublicKeysECDSA: true") ||
+	if len(cfg.KubeadmConfigPatches) != 4 || !strings.Contains(cfg.KubeadmConfigPatches[0], "PublicKeysECDSA: true") ||
 		!strings.Contains(cfg.KubeadmConfigPatches[1], "encryptionAlgorithm: ECDSA-P256") ||
 		!strings.Contains(cfg.KubeadmConfigPatches[2], `kube-api-qps: "200"`) {
 		t.Errorf("kubeadm patches: %q", cfg.KubeadmConfigPatches)
 	}
+	checkControlPlanePatch(t, cfg.KubeadmConfigPatches[3], "https://127.0.0.1:2382")
 	// The JSON patches must be RFC 6902 operations kind can decode, each
-	// adding to a list kind's kubeadm config has, for both kubeadm APIs.
+	// adding to a list kind's kubeadm config has, for both kubeadm APIs, or
+	// adding a section kind's v1beta4 config lacks (etcd).
 	targets := map[string]bool{}
 	for _, jp := range cfg.KubeadmConfigPatchesJSON6902 {
 		var ops []struct {
@@ -170,21 +172,99 @@ func TestKindConfig(t *testing.T) {
 			t.Fatalf("%s/%s %s: %v", jp.Group, jp.Version, jp.Kind, err)
 		}
 		for _, op := range ops {
-			if op.Op != "add" || !strings.HasSuffix(op.Path, "/-") || op.Value == nil {
+			if op.Op != "add" || !strings.HasSuffix(op.Path, "/-") && op.Path != "/etcd" || op.Value == nil {
 				t.Errorf("%s/%s %s: %+v", jp.Group, jp.Version, jp.Kind, op)
 			}
 			targets[jp.Version+" "+jp.Kind+" "+op.Path] = true
+			if op.Path == "/etcd" {
+				b, _ := yaml.Marshal(op.Value)
+				if want := "local:\n  extraArgs:\n  - name: listen-client-http-urls\n    value: https://127.0.0.1:2382\n"; string(b) != want {
+					t.Errorf("v1beta4 etcd section:\n%s\nwant:\n%s", b, want)
+				}
+			}
+			if op.Path == "/controllerManager/extraArgs/-" {
+				b, _ := yaml.Marshal(op.Value)
+				targets["v1beta4 controllerManager "+strings.TrimSpace(string(b))] = true
+			}
 		}
 	}
 	for _, want := range []string{"v1beta3 InitConfiguration /skipPhases/-", "v1beta4 InitConfiguration /skipPhases/-",
-		"v1beta4 ClusterConfiguration /controllerManager/extraArgs/-"} {
+		"v1beta4 ClusterConfiguration /controllerManager/extraArgs/-", "v1beta4 ClusterConfiguration /etcd",
+		"v1beta4 controllerManager name: tls-cert-file\nvalue: /etc/kubernetes/pki/apiserver.crt",
+		"v1beta4 controllerManager name: tls-private-key-file\nvalue: /etc/kubernetes/pki/apiserver.key"} {
 		if !targets[want] {
 			t.Errorf("no JSON patch %s among %v", want, targets)
 		}
 	}
+	// an IPv6 cluster's etcd serves HTTP on IPv6 loopback, as kubeadm
+	// puts its gRPC loopback URL there
+	p6, err := NewPlan(Request{Clusters: 1, IPFamily: IPv6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg6 := p6.KindConfig(p6.Clusters[0])
+	checkControlPlanePatch(t, cfg6.KubeadmConfigPatches[len(cfg6.KubeadmConfigPatches)-1], "https://[::1]:2382")
+	if jp := cfg6.KubeadmConfigPatchesJSON6902[len(cfg6.KubeadmConfigPatchesJSON6902)-1]; !strings.Contains(jp.Patch, `value: "https://[::1]:2382"`) {
+		t.Errorf("IPv6 v1beta4 patch: %s", jp.Patch)
+	}
 	p.Registry.Enabled = false
 	if cfg := p.KindConfig(p.Clusters[0]); len(cfg.ContainerdConfigPatches) != 0 {
 		t.Errorf("patch without registry: %q", cfg.ContainerdConfigPatches)
+	}
+}
+
+// checkControlPlanePatch checks the v1beta3 merge patch that gives etcd
+// its own HTTP port and the controller manager and scheduler a serving
+// certificate (see controlPlanePatch).
+func checkControlPlanePatch(t *testing.T, patch, etcdHTTP string) {
+	t.Helper()
+	type component struct {
+		ExtraArgs    map[string]string `json:"extraArgs"`
+		ExtraVolumes []struct {
+			Name, HostPath, MountPath, PathType string
+			ReadOnly                            bool
+		} `json:"extraVolumes"`
+	}
+	var cc struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Etcd       struct {
+			Local struct {
+				ExtraArgs map[string]string `json:"extraArgs"`
+			} `json:"local"`
+		} `json:"etcd"`
+		ControllerManager component `json:"controllerManager"`
+		Scheduler         component `json:"scheduler"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(patch), &cc); err != nil {
+		t.Fatalf("control-plane patch: %v\n%s", err, patch)
+	}
+	if cc.APIVersion != "kubeadm.k8s.io/v1beta3" || cc.Kind != "ClusterConfiguration" {
+		t.Errorf("control-plane patch for %s %s", cc.APIVersion, cc.Kind)
+	}
+	if got := cc.Etcd.Local.ExtraArgs; len(got) != 1 || got["listen-client-http-urls"] != etcdHTTP {
+		t.Errorf("etcd extraArgs %v, want listen-client-http-urls=%s", got, etcdHTTP)
+	}
+	const crt, key = "/etc/kubernetes/pki/apiserver.crt", "/etc/kubernetes/pki/apiserver.key"
+	for name, c := range map[string]component{"controllerManager": cc.ControllerManager, "scheduler": cc.Scheduler} {
+		if len(c.ExtraArgs) != 2 || c.ExtraArgs["tls-cert-file"] != crt || c.ExtraArgs["tls-private-key-file"] != key {
+			t.Errorf("%s extraArgs %v", name, c.ExtraArgs)
+		}
+	}
+	// the controller manager's pod has /etc/kubernetes/pki; the scheduler's
+	// gets the two files, read-only
+	if len(cc.ControllerManager.ExtraVolumes) != 0 {
+		t.Errorf("controllerManager extraVolumes %+v", cc.ControllerManager.ExtraVolumes)
+	}
+	mounted := map[string]bool{}
+	for _, v := range cc.Scheduler.ExtraVolumes {
+		if v.HostPath != v.MountPath || !v.ReadOnly || v.PathType != "File" || !strings.HasPrefix(v.Name, "meshctl-") {
+			t.Errorf("scheduler volume %+v", v)
+		}
+		mounted[v.HostPath] = true
+	}
+	if len(mounted) != 2 || !mounted[crt] || !mounted[key] {
+		t.Errorf("scheduler volumes %+v", cc.Scheduler.ExtraVolumes)
 	}
 }
 
