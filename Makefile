@@ -44,7 +44,15 @@ GINKGO := _output/tools/ginkgo
 # (CI's) the e2e suite's build of meshctl and meshctl-dataplane redid them all.
 # (GOFLAGS keeps what `go env` sets, -buildvcs=false on these machines.)
 TEST_ENV := CGO_ENABLED=0 GOFLAGS="$(strip $(shell $(GO) env GOFLAGS) -tags=grpcnotrace)"
-E2E_RUN = $(TEST_ENV) $(GINKGO) -v --procs=$(E2E_PROCS) --timeout=80m --poll-progress-after=10m $(E2E_ARGS) $(E2E_PKG)
+# Every run writes its JSON report to E2E_REPORT (a --json-report in E2E_ARGS
+# takes its place); when the suite fails, hack/e2e-failures.sh prints each
+# failed spec's message from it, as the output's last lines.
+E2E_REPORT ?= _output/e2e-report.json
+E2E_RUN = report="$(abspath $(E2E_REPORT))"; \
+	for a in $(E2E_ARGS); do case "$$a" in --json-report=*) report="$${a\#--json-report=}";; esac; done; \
+	mkdir -p "$$(dirname "$$report")" && rm -f "$$report" && \
+	$(TEST_ENV) $(GINKGO) -v --procs=$(E2E_PROCS) --timeout=80m --poll-progress-after=10m --json-report="$$report" $(E2E_ARGS) $(E2E_PKG) \
+	|| { hack/e2e-failures.sh "$$report"; exit 1; }
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/e2e)
 
 .PHONY: all build test unit integration e2e e2e-env e2e-smoke bench bench-table noop-timing lint up down clean
@@ -71,7 +79,7 @@ integration:
 	cd hack/tools && $(GO) test -count=1 ./...
 
 e2e: e2e-env $(GINKGO)
-	MESHCTL_E2E_REQUIRE=1 $(E2E_RUN)
+	export MESHCTL_E2E_REQUIRE=1; $(E2E_RUN)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
