@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"net/netip"
+	"net/url"
 	"strconv"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshctl/meshctl/pkg/cluster"
 	"github.com/meshctl/meshctl/pkg/connect/gateway"
@@ -117,6 +120,33 @@ var _ = Describe("clusters beyond IPv4 / IPv6 only, on two networks", Ordered, s
 			Expect(from).NotTo(BeEmpty(), "no cluster off %s's network", gw.Cluster)
 			Eventually(probes.In(from)).WithTimeout(3 * time.Minute).WithPolling(3 * time.Second).
 				Should(meshtest.Reach(gatewayTarget(famEnv, gw, "meshctl-gw-"+ipFamily+"-"+gw.Cluster)))
+		}
+	})
+
+	// Istio's istiod reads the other clusters through these secrets: an
+	// IPv6-only cluster's pods cannot resolve kind's node names (Docker's
+	// DNS is forwarded from the IPv4 gateway only), so its secrets name
+	// the API servers by address.
+	It("gives each cluster remote secrets whose API servers its pods reach", func(ctx SpecContext) {
+		probes := mesh.DeployEcho(ctx, mesh.CreateNamespace(ctx, "rs-probe-", nil), "probe")
+		for _, c := range mesh.Clusters() {
+			secrets, err := c.Kube.CoreV1().Secrets("istio-system").List(ctx, metav1.ListOptions{LabelSelector: "istio/multiCluster=true"})
+			Expect(err).NotTo(HaveOccurred(), c.Name)
+			Expect(secrets.Items).NotTo(BeEmpty(), "%s has no remote secrets", c.Name)
+			for _, s := range secrets.Items {
+				for name, kc := range s.Data {
+					cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+					Expect(err).NotTo(HaveOccurred(), "%s: %s/%s", c.Name, s.Name, name)
+					u, err := url.Parse(cfg.Host)
+					Expect(err).NotTo(HaveOccurred(), cfg.Host)
+					port, err := strconv.Atoi(u.Port())
+					Expect(err).NotTo(HaveOccurred(), cfg.Host)
+					// The API server answers a plain HTTP request with a 400:
+					// any answer proves the address resolves and connects.
+					Eventually(probes.In(c.Name)).WithContext(ctx).WithTimeout(time.Minute).WithPolling(2*time.Second).
+						Should(meshtest.Reach(meshtest.Address(u.Hostname(), port)), "%s's remote secret %s names %s", c.Name, s.Name, cfg.Host)
+				}
+			}
 		}
 	})
 })

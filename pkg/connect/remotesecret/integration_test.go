@@ -323,6 +323,61 @@ func TestIntegrationServerByName(t *testing.T) {
 	}
 }
 
+// TestIntegrationServerByAddressForIPv6: an IPv6-only kind cluster's pods
+// cannot resolve kind's node names (kind forwards DNS to Docker's resolver
+// from the IPv4 gateway only), so the remote secrets it holds name the
+// other clusters' API servers by address; the secrets other clusters hold
+// of it still name it by container name.
+func TestIntegrationServerByAddressForIPv6(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	const tokens = "serviceaccount-token-controller"
+	src := &envSource{kubeconfigs: map[string][]byte{}}
+	clients := map[string]kubernetes.Interface{}
+	hosts := map[string]string{}
+	for _, c := range []model.ClusterPlan{
+		{Name: "cluster1", KindName: "it-cluster1", IPFamily: model.IPv4},
+		{Name: "cluster2", KindName: "it-cluster2", IPFamily: model.IPv6},
+	} {
+		cfg := testenv.NewWithControllers(t, tokens)
+		clients[c.Name] = kubernetes.NewForConfigOrDie(cfg)
+		hosts[c.Name] = cfg.Host
+		src.kubeconfigs[c.Name] = kubeconfigFor(t, c.Name, cfg)
+		c.Network, c.PrimaryClusterName, c.ConfigClusterName, c.ControlPlanes = "network-1", c.Name, c.Name, 1
+		src.clusters = append(src.clusters, c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := New(src, WithTimeout(30*time.Second), WithServerByName(true)).Ensure(ctx, "it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{ // target cluster -> the server its secret names
+		"cluster1": "https://it-cluster2-control-plane:6443",
+		"cluster2": hosts["cluster1"],
+	}
+	for target, server := range want {
+		source := map[string]string{"cluster1": "cluster2", "cluster2": "cluster1"}[target]
+		s, err := clients[target].CoreV1().Secrets(Namespace).Get(ctx, SecretPrefix+source, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[source])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Host != server {
+			t.Errorf("%s's secret of %s names %s, want %s", target, source, cfg.Host, server)
+		}
+	}
+	for _, r := range res.Secrets {
+		if r.Server != want[r.Target] {
+			t.Errorf("result: %s's secret of %s names %s, want %s", r.Target, r.Cluster, r.Server, want[r.Target])
+		}
+	}
+}
+
 // TestIntegrationRemoteReaderManagesWebhooks: the reader of a remote (its
 // control plane is another cluster's istiod) may do what Istio's reader role
 // grants in a remote — list and patch the webhooks, keep ConfigMaps — while

@@ -52,7 +52,9 @@ func WithTimeout(d time.Duration) Option { return func(m *Manager) { m.timeout =
 // address: Docker's DNS resolves the name from nodes and pods, and the API
 // server's certificate carries it, so the secret stays right when a Docker
 // restart gives the node another address. Existing clusters keep the
-// server their kubeconfig names.
+// server their kubeconfig names; in clusters whose pods cannot resolve the
+// names (existing, IPv6-only: resolvesNoNodeNames) a kind cluster's secret
+// names its address.
 func WithServerByName(b bool) Option { return func(m *Manager) { m.byName = b } }
 
 // WithClients shares a kube-client factory (default: none).
@@ -101,7 +103,8 @@ type endpoint struct {
 	client kubernetes.Interface
 	server string
 	// byIP is the server by address, where server names a kind node: what
-	// an existing cluster gets, whose Pods cannot resolve kind's names.
+	// a cluster whose pods cannot resolve kind's names gets
+	// (resolvesNoNodeNames).
 	byIP string
 }
 
@@ -157,17 +160,17 @@ func (m *Manager) Ensure(ctx context.Context, env string) (*Result, error) {
 			}
 		}
 	}
-	existing := map[string]bool{}
+	// byAddress: the clusters whose pods cannot resolve kind's node names.
+	byAddress := map[string]bool{}
 	for _, c := range cs {
-		existing[c.Name] = c.Existing
+		byAddress[c.Name] = resolvesNoNodeNames(c)
 	}
 
 	res.Secrets = make([]SecretResult, len(pairs))
 	err = each(len(pairs), func(i int) error {
 		p := pairs[i]
 		s, server := secrets[p.source], eps[p.source].server
-		if existing[p.target] && eps[p.source].byIP != "" {
-			// Not on the kind network: the node's name resolves there only.
+		if byAddress[p.target] && eps[p.source].byIP != "" {
 			s, server = secretsByIP[p.source], eps[p.source].byIP
 		}
 		action, err := apply(ctx, eps[p.target].client, s)
@@ -294,6 +297,19 @@ func (m *Manager) resolve(ctx context.Context, cs []model.ClusterPlan, sources, 
 		out[n] = eps[i]
 	}
 	return out, nil
+}
+
+// resolvesNoNodeNames says whether c's pods cannot resolve a kind node's
+// name, so that remote secrets in c must name other clusters' API servers by
+// address. An existing cluster is not on the kind network, where the names
+// resolve. An IPv6-only kind cluster is, but its pods have no route to
+// Docker's DNS: the node forwards queries to it from the kind network's
+// IPv4 gateway only (Docker's resolver listens on 127.0.0.11 in the node),
+// and CoreDNS there answers "server misbehaving" — measured with Istio's
+// istiod, whose remote clusters never synced. Such a secret is right until
+// the peer's node gets another address; `meshctl up` then rewrites it.
+func resolvesNoNodeNames(c model.ClusterPlan) bool {
+	return c.Existing || c.IPFamily == model.IPv6
 }
 
 // each runs f(0..n-1) concurrently and joins every error.
