@@ -3,6 +3,9 @@ package e2e
 import (
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -21,14 +24,17 @@ import (
 // environment): every node gets a pod CIDR of each of the cluster's
 // families, and connect routes them all, so pods and Services of one cluster
 // are reached from another on its network in every family. IPv6 only runs
-// on two networks (clusters 1 and 3 on network1, cluster2 on network2:
-// --networks deals them round-robin), which adds MetalLB in IPv6: each
+// on two networks (clusters 1 and 3 on network1, cluster2 on network2, as
+// its topology says), which adds MetalLB in IPv6: each
 // cluster's east-west gateway gets an IPv6 address from the kind network's
 // IPv6 range (L2 mode answers neighbor solicitation as it answers ARP),
 // reached from the other network. One environment serves both, where two
-// took a cluster more to create.
+// took a cluster more to create. cluster3 is a remote of cluster1: the
+// environment has the shape of Istio's primary-remote on two networks, and
+// Istio's control plane specs run on it last (istioSpecs), where they had
+// three clusters of their own.
 var _ = Describe("clusters beyond IPv4 / IPv6 only, on two networks", Ordered, slow, func() {
-	const ipFamily, clusters, networks = "ipv6", 3, 2
+	const ipFamily, clusters = "ipv6", 3
 	want := []string{"IPv6"}
 	famEnv := env + "-" + ipFamily
 	var res struct {
@@ -36,6 +42,7 @@ var _ = Describe("clusters beyond IPv4 / IPv6 only, on two networks", Ordered, s
 		Gateways []gateway.ClusterResult `json:"gateways"`
 	}
 	var mesh *meshtest.Env
+	var upArgs []string
 	// peers are the pairs of clusters on one network, which connect routes
 	// to each other.
 	var peers [][2]string
@@ -47,8 +54,14 @@ var _ = Describe("clusters beyond IPv4 / IPv6 only, on two networks", Ordered, s
 				_, _, _ = meshctlResult("down", "--env", famEnv)
 			}
 		})
-		meshctlJSON(&res, "up", "--env", famEnv, "--clusters", strconv.Itoa(clusters), "--networks", strconv.Itoa(networks),
-			"--ip-family", ipFamily, "--image", suite.image, "--registry=false", "--install=false")
+		topology := filepath.Join(GinkgoT().TempDir(), "topology.json")
+		Expect(os.WriteFile(topology, []byte(`[
+  {"kind": "Kubernetes", "clusterName": "cluster1", "network": "network1"},
+  {"kind": "Kubernetes", "clusterName": "cluster2", "network": "network2"},
+  {"kind": "Kubernetes", "clusterName": "cluster3", "network": "network1", "primaryClusterName": "cluster1"}
+]`), 0o644)).To(Succeed())
+		upArgs = []string{"up", "--env", famEnv, "--topology", topology, "--ip-family", ipFamily, "--image", suite.image, "--registry=false", "--install=false"}
+		meshctlJSON(&res, upArgs...)
 		Expect(res.Clusters).To(HaveLen(clusters))
 		for i, a := range res.Clusters {
 			for _, b := range res.Clusters[i+1:] {
@@ -58,7 +71,7 @@ var _ = Describe("clusters beyond IPv4 / IPv6 only, on two networks", Ordered, s
 			}
 		}
 		Expect(peers).NotTo(BeEmpty(), "no two clusters share a network: %+v", res.Clusters)
-		mesh = attach(ctx, famEnv, meshtest.WithClusters(clusters), meshtest.WithNetworks(networks))
+		mesh = attach(ctx, famEnv, meshtest.WithTopology(topology))
 	})
 
 	It("gives every node a pod CIDR of each family and routes them all to the clusters on its network", func() {
@@ -127,9 +140,10 @@ var _ = Describe("clusters beyond IPv4 / IPv6 only, on two networks", Ordered, s
 	// IPv6-only cluster's pods cannot resolve kind's node names (Docker's
 	// DNS is forwarded from the IPv4 gateway only), so its secrets name
 	// the API servers by address.
-	It("gives each cluster remote secrets whose API servers its pods reach", func(ctx SpecContext) {
+	It("gives each primary remote secrets whose API servers its pods reach", func(ctx SpecContext) {
 		probes := mesh.DeployEcho(ctx, mesh.CreateNamespace(ctx, "rs-probe-", nil), "probe")
-		for _, c := range mesh.Clusters() {
+		Expect(mesh.Primaries()).To(HaveLen(2))
+		for _, c := range mesh.Primaries() {
 			secrets, err := c.Kube.CoreV1().Secrets("istio-system").List(ctx, metav1.ListOptions{LabelSelector: "istio/multiCluster=true"})
 			Expect(err).NotTo(HaveOccurred(), c.Name)
 			Expect(secrets.Items).NotTo(BeEmpty(), "%s has no remote secrets", c.Name)
@@ -149,6 +163,8 @@ var _ = Describe("clusters beyond IPv4 / IPv6 only, on two networks", Ordered, s
 			}
 		}
 	})
+
+	istioSpecs(famEnv, func() []string { return slices.Clone(upArgs) }, func() *meshtest.Env { return mesh })
 })
 
 // families names the IP family of each address or prefix.
