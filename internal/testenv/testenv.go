@@ -57,6 +57,7 @@ type Env struct {
 
 	stopOnce sync.Once
 	procs    []*exec.Cmd
+	names    []string // each process's name, as its log file's
 	waits    []chan error
 }
 
@@ -217,6 +218,7 @@ func (e *Env) start(name, bin string, args ...string) error {
 	ch := make(chan error, 1)
 	go func() { ch <- cmd.Wait(); logf.Close(); close(ch) }()
 	e.procs = append(e.procs, cmd)
+	e.names = append(e.names, name)
 	e.waits = append(e.waits, ch)
 	return nil
 }
@@ -312,6 +314,44 @@ func (e *Env) Stop() error {
 		}
 	})
 	return nil
+}
+
+// CPU is the CPU time (user + system) each of the environment's processes
+// has used so far, by process name ("etcd", "kube-apiserver"), from
+// /proc/<pid>/stat: what starting a control plane costs (BenchmarkStart).
+// Linux only; the clock tick is taken as 100 Hz (USER_HZ on every Linux
+// this runs on: sysconf(_SC_CLK_TCK) would need cgo, which the tests build
+// without).
+func (e *Env) CPU() (map[string]time.Duration, error) {
+	const userHZ = 100
+	out := map[string]time.Duration{}
+	for k, p := range e.procs {
+		name := e.names[k]
+		if p.Process == nil {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Process.Pid))
+		if err != nil {
+			return nil, fmt.Errorf("testenv: CPU of %s: %w", name, err)
+		}
+		// The command name (field 2) may hold spaces: the fields after its
+		// closing parenthesis start at field 3; utime and stime are 14 and 15.
+		i := strings.LastIndexByte(string(data), ')')
+		fields := strings.Fields(string(data)[i+1:])
+		if i < 0 || len(fields) < 13 {
+			return nil, fmt.Errorf("testenv: CPU of %s: unexpected /proc stat %q", name, data)
+		}
+		var ticks int64
+		for _, f := range fields[11:13] {
+			n, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("testenv: CPU of %s: %w", name, err)
+			}
+			ticks += n
+		}
+		out[name] += time.Duration(ticks) * time.Second / userHZ
+	}
+	return out, nil
 }
 
 // pickPorts is freePorts; a test replaces it to hand out a taken port.

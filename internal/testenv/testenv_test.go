@@ -97,3 +97,43 @@ func TestIntegrationLoadBalancer(t *testing.T) {
 		t.Fatal("LoadBalancer did not return after its context ended")
 	}
 }
+
+// BenchmarkStart: starting etcd + kube-apiserver to /readyz (and Service
+// default/kubernetes), with the CPU each used to get there — the start-up
+// cost every kind node's control plane pays too, with testenv's flags
+// rather than kubeadm's:
+//
+//	go test -run '^$' -bench Start -benchtime 5x ./internal/testenv
+func BenchmarkStart(b *testing.B) {
+	if _, _, err := testenv.Binaries(); err != nil {
+		b.Skip(err)
+	}
+	var ready time.Duration
+	cpu := map[string]time.Duration{}
+	n := 0
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		env, err := testenv.Start(ctx)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := env.CPU()
+		_ = env.Stop()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(c) != 2 || c["etcd"] <= 0 || c["kube-apiserver"] <= 0 {
+			b.Fatalf("CPU by process: %v (want etcd and kube-apiserver, each above zero)", c)
+		}
+		ready += env.StartTime
+		for k, v := range c {
+			cpu[k] += v
+		}
+		n++
+	}
+	b.ReportMetric(ready.Seconds()/float64(n), "ready-s/op")
+	for k, v := range cpu {
+		b.ReportMetric(v.Seconds()/float64(n), k+"-cpu-s/op")
+	}
+}
