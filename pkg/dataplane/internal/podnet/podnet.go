@@ -75,14 +75,27 @@ func (n *Namespace) Close() error {
 	return n.file.Close()
 }
 
+// switching bounds how many goroutines are inside Do at once. A locked
+// goroutine that blocks in a system call (opening its thread's namespace,
+// setns, socket) makes the runtime start another OS thread for the others,
+// and the runtime keeps idle threads: without a bound, a burst of
+// concurrent dials (a hostile peer opening thousands of connections)
+// leaves one thread per concurrent dial behind, toward the runtime's
+// 10,000-thread abort. What runs inside Do is a few system calls, so
+// waiting here is short, and the wait parks a goroutine, not a thread.
+var switching = make(chan struct{}, 4)
+
 // Do runs fn with the current OS thread inside the namespace. The thread is
 // locked for the duration; if switching back fails the thread stays locked,
 // so the Go runtime discards it instead of reusing a thread in the wrong
-// namespace.
+// namespace. fn must be short: at most a few goroutines are inside Do at
+// once (see switching).
 func (n *Namespace) Do(fn func() error) error {
 	if n == nil || n.file == nil {
 		return fn()
 	}
+	switching <- struct{}{}
+	defer func() { <-switching }()
 	runtime.LockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
