@@ -1,19 +1,24 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"net/netip"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/dataplane/identity"
@@ -146,4 +151,115 @@ func TestIntegrationWatcher(t *testing.T) {
 	if !w.Synced() || !w.allStarted() {
 		t.Error("watcher not synced with both informers started")
 	}
+}
+
+// asProxy is cfg impersonating a user with the rules of the dataplane
+// chart's meshctl-proxy ClusterRole for policies; withCRDs adds its watch
+// of CRDs.
+func asProxy(t *testing.T, ctx context.Context, cfg *rest.Config, user string, withCRDs bool) *rest.Config {
+	t.Helper()
+	kc := kubernetes.NewForConfigOrDie(cfg)
+	rules := []rbacv1.PolicyRule{{APIGroups: []string{"security.istio.io"}, Resources: []string{"authorizationpolicies", "peerauthentications"}, Verbs: []string{"get", "list", "watch"}}}
+	if withCRDs {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"list", "watch"}})
+	}
+	if _, err := kc.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: user},
+		Subjects:   []rbacv1.Subject{{Kind: "User", Name: user}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return c
+}
+
+// TestIntegrationWatcherHearsCRDs: Istio's CRDs installed after the proxy
+// started are picked up when they are served, not at the next recheck: a
+// DENY created right after them is enforced with the recheck an hour away
+// (it was enforced up to 30 s late, the recheck period, allowing what it
+// denied meanwhile). Where the proxy may not watch CRDs, the recheck
+// still finds them, and that is said once.
+func TestIntegrationWatcherHearsCRDs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and kube-apiserver; skipped with -short")
+	}
+	cfg := testenv.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	kc := kubernetes.NewForConfigOrDie(cfg)
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "foo"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	type watcher struct {
+		store *Store
+		logs  *syncBuffer
+	}
+	run := func(user string, withCRDs bool, recheck time.Duration) watcher {
+		t.Helper()
+		store := NewStore("")
+		logs := &syncBuffer{}
+		w, err := NewWatcher(asProxy(t, ctx, cfg, user, withCRDs), store, slog.New(slog.NewTextHandler(logs, nil)), recheck)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		eventually(t, user+" looked for the CRDs", w.Synced)
+		return watcher{store, logs}
+	}
+	watching := run("proxy", true, time.Hour)
+	rechecking := run("proxy-without-crds", false, 300*time.Millisecond)
+	// Let both fail to find the CRDs a few times first.
+	time.Sleep(time.Second)
+
+	for _, c := range []*unstructured.Unstructured{istioCRD("AuthorizationPolicy", "authorizationpolicies"), istioCRD("PeerAuthentication", "peerauthentications")} {
+		if _, err := dyn.Resource(crdGVR).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deny := obj("AuthorizationPolicy", "foo", "deny-bar", map[string]any{
+		"action": "DENY",
+		"rules":  []any{map[string]any{"from": []any{map[string]any{"source": map[string]any{"namespaces": []any{"bar"}}}}}},
+	})
+	eventually(t, "create deny-bar", func() bool {
+		_, err := dyn.Resource(AuthorizationPoliciesGVR).Namespace("foo").Create(ctx, deny, metav1.CreateOptions{})
+		return err == nil
+	})
+	fromBar := Conn{Peer: identity.New("cluster.local", "bar", "x"), Src: netip.MustParseAddr("10.0.1.1"), Dst: netip.MustParseAddrPort("10.0.2.2:80")}
+	foo := Workload{Namespace: "foo"}
+	for name, w := range map[string]watcher{"watching CRDs": watching, "rechecking": rechecking} {
+		eventually(t, "the DENY policy is enforced by the watcher "+name, func() bool { return w.store.Check(fromBar, foo).Reason == ReasonDenied })
+	}
+	if n := strings.Count(rechecking.logs.String(), "cannot watch CRDs"); n != 1 {
+		t.Errorf("the watcher without the CRD watch said so %d times, want once:\n%s", n, rechecking.logs)
+	}
+	if strings.Contains(watching.logs.String(), "cannot watch CRDs") {
+		t.Errorf("the watcher allowed to watch CRDs said it cannot:\n%s", watching.logs)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the watcher's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
