@@ -38,6 +38,10 @@ type fakeKind struct {
 	kubeconfigs map[string]string
 	// apiDown makes a cluster's API server refuse connections.
 	apiDown map[string]bool
+	// systemNotReady is what a cluster's kube-system reports not ready;
+	// systemReadyAfter clears a cluster's after that many reads.
+	systemNotReady   map[string][]string
+	systemReadyAfter map[string]int
 }
 
 type fakeCluster struct {
@@ -481,6 +485,30 @@ func (d *fakeDocker) called(prefix string) int {
 		}
 	}
 	return n
+}
+
+// System reports a fake cluster's systemNotReady, and a real API server's
+// kube-system.
+func (r fakeNodeReader) System(ctx context.Context, kubeconfig []byte) ([]string, error) {
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	kctx := cfg.Contexts[cfg.CurrentContext]
+	if kctx == nil || !strings.HasPrefix(kctx.Cluster, "kind-") {
+		return apiNodeReader{}.System(ctx, kubeconfig)
+	}
+	name := strings.TrimPrefix(kctx.Cluster, "kind-")
+	r.kind.mu.Lock()
+	defer r.kind.mu.Unlock()
+	probs := r.kind.systemNotReady[name]
+	if n, ok := r.kind.systemReadyAfter[name]; ok {
+		if n <= 1 {
+			delete(r.kind.systemNotReady, name)
+		}
+		r.kind.systemReadyAfter[name] = n - 1
+	}
+	return probs, nil
 }
 
 // fakeNodeReader reports a fake cluster's nodes, found through the

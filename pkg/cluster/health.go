@@ -161,7 +161,7 @@ func (p *Provider) waitReady(ctx context.Context, c model.ClusterPlan, wait, pol
 		}
 		why := st.Error
 		if why == "" {
-			why = notReadyNodes(st)
+			why = notReadyWhy(st)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("cluster %q not ready after %s: %s", c.Name, wait, why)
@@ -173,6 +173,14 @@ func (p *Provider) waitReady(ctx context.Context, c model.ClusterPlan, wait, pol
 		case <-time.After(poll):
 		}
 	}
+}
+
+// notReadyWhy says why a cluster whose API server answers is not Ready.
+func notReadyWhy(st ClusterStatus) string {
+	if len(st.SystemNotReady) > 0 {
+		return "system pods not ready: " + strings.Join(st.SystemNotReady, "; ")
+	}
+	return "nodes not ready: " + notReadyNodes(st)
 }
 
 func notReadyNodes(st ClusterStatus) string {

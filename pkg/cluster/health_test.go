@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 	"github.com/meshctl/meshctl/pkg/version"
@@ -187,6 +188,48 @@ func TestUpHealsAStoppedCluster(t *testing.T) {
 	}
 	if len(e.kind.created) != 2 || len(e.kind.deleted) != 0 {
 		t.Errorf("created %v deleted %v: healing must not recreate", e.kind.created, e.kind.deleted)
+	}
+}
+
+// A restarted node answers and reports itself Ready long before CoreDNS
+// (measured: 8 s against 40 s): status must not call that Ready, and up
+// waits for it.
+func TestStatusAndUpWaitForSystemPods(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	plan := upEnv(t, e, model.Request{Clusters: 2})
+	e.kind.mu.Lock()
+	e.kind.systemNotReady = map[string][]string{"cluster2": {"Deployment kube-system/coredns: none of 2 pods ready"}}
+	e.kind.mu.Unlock()
+	st, err := e.p.Status(context.Background(), "default", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ready || st.State != EnvDegraded {
+		t.Errorf("environment ready %v state %q, want Degraded", st.Ready, st.State)
+	}
+	c := clusterByName(t, st, "cluster2")
+	if c.State != StateNotReady || c.Ready || len(c.Problems) != 1 || !strings.Contains(c.Problems[0], "system pods not ready: Deployment kube-system/coredns") {
+		t.Errorf("cluster2: state %q problems %q", c.State, c.Problems)
+	}
+	if c := clusterByName(t, st, "cluster1"); !c.Ready {
+		t.Errorf("cluster1: state %q problems %q", c.State, c.Problems)
+	}
+
+	// up waits for it (ready after two more reads) and says what it found.
+	e.kind.mu.Lock()
+	e.kind.systemReadyAfter = map[string]int{"cluster2": 2}
+	e.kind.mu.Unlock()
+	e.p.poll = time.Millisecond
+	res, err := e.p.Up(context.Background(), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res.Clusters[1]; c.Action != ActionHealed || len(c.Healed) != 1 || !strings.Contains(c.Healed[0], "was not ready: system pods not ready") {
+		t.Errorf("cluster2: %+v", c)
+	}
+	if st, err := e.p.Status(context.Background(), "default", ""); err != nil || !st.Ready {
+		t.Errorf("after up: ready %v (%v)", st.Ready, err)
 	}
 }
 

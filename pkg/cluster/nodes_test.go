@@ -2,9 +2,11 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -82,5 +84,66 @@ func TestIntegrationNodeReader(t *testing.T) {
 	}
 	if _, err := (apiNodeReader{}).Nodes(ctx, []byte("not a kubeconfig")); err == nil {
 		t.Error("a bad kubeconfig was accepted")
+	}
+}
+
+// TestIntegrationSystemReader reads kube-system's workloads from a real
+// kube-apiserver: a DaemonSet short of a ready pod and a Deployment
+// without one are named, until their status says they are ready.
+func TestIntegrationSystemReader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	cfg := testenv.New(t)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kc := kubeconfigFor(t, cfg)
+	if got, err := (apiNodeReader{}).System(ctx, kc); err != nil || len(got) != 0 {
+		t.Fatalf("empty kube-system: %q, %v", got, err)
+	}
+	labels := map[string]string{"k8s-app": "x"}
+	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+	two := int32(2)
+	ds, err := cs.AppsV1().DaemonSets("kube-system").Create(ctx, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "kindnet"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep, err := cs.AppsV1().Deployments("kube-system").Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "coredns"},
+		Spec: appsv1.DeploymentSpec{Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No controllers run here: the statuses are set as theirs would be
+	// while the node's pods come back.
+	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, CurrentNumberScheduled: 2, NumberReady: 1}
+	if ds, err = cs.AppsV1().DaemonSets("kube-system").UpdateStatus(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dep.Status = appsv1.DeploymentStatus{Replicas: 2, ReadyReplicas: 0}
+	if dep, err = cs.AppsV1().Deployments("kube-system").UpdateStatus(ctx, dep, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := apiNodeReader{}.System(ctx, kc)
+	want := []string{"DaemonSet kube-system/kindnet: 1 of 2 pods ready", "Deployment kube-system/coredns: none of 2 pods ready"}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("got %q (%v), want %q", got, err, want)
+	}
+	// One ready CoreDNS pod serves names; every node needs its kindnet.
+	ds.Status.NumberReady = 2
+	if _, err = cs.AppsV1().DaemonSets("kube-system").UpdateStatus(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dep.Status.ReadyReplicas = 1
+	if _, err = cs.AppsV1().Deployments("kube-system").UpdateStatus(ctx, dep, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := (apiNodeReader{}).System(ctx, kc); err != nil || len(got) != 0 {
+		t.Fatalf("ready kube-system: %q, %v", got, err)
 	}
 }

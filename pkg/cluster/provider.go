@@ -40,6 +40,13 @@ type NodeReader interface {
 	Nodes(ctx context.Context, kubeconfig []byte) ([]NodeStatus, error)
 }
 
+// systemReader is a NodeReader that also tells which of a cluster's
+// kube-system workloads are not ready (apiNodeReader.System); status
+// checks them on kind clusters.
+type systemReader interface {
+	System(ctx context.Context, kubeconfig []byte) ([]string, error)
+}
+
 // Provider creates, inspects and deletes meshctl environments.
 type Provider struct {
 	kind      Kind

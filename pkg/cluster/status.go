@@ -44,7 +44,11 @@ type ClusterStatus struct {
 	// what fixes it.
 	Problems []string     `json:"problems,omitempty"`
 	Nodes    []NodeStatus `json:"nodes"`
-	Error    string       `json:"error,omitempty"`
+	// SystemNotReady are a kind cluster's kube-system workloads that are
+	// not ready (CoreDNS, kindnet, kube-proxy) while its nodes are: a
+	// restarted node's cluster, until its pods are back.
+	SystemNotReady []string `json:"systemNotReady,omitempty"`
+	Error          string   `json:"error,omitempty"`
 }
 
 // RegistryStatus is the local registry container's state.
@@ -154,7 +158,7 @@ func (p *Provider) clusterStatus(ctx context.Context, e Listed) ClusterStatus {
 		st.Problems = []string{"API server unreachable: " + st.Error}
 	case !st.Ready:
 		st.State = StateNotReady
-		st.Problems = []string{"nodes not ready: " + notReadyNodes(st)}
+		st.Problems = []string{notReadyWhy(st)}
 	default:
 		st.State = StateRunning
 	}
@@ -199,6 +203,15 @@ func (p *Provider) apiStatus(ctx context.Context, c model.ClusterPlan) ClusterSt
 	}
 	for _, n := range ns {
 		st.Ready = st.Ready && n.Ready
+	}
+	if sr, ok := p.nodes.(systemReader); ok && st.Ready && !c.Existing {
+		// An existing cluster's system is its owner's, whatever it runs.
+		probs, err := sr.System(ctx, kc)
+		if err != nil {
+			probs = []string{err.Error()}
+		}
+		st.SystemNotReady = probs
+		st.Ready = len(probs) == 0
 	}
 	return st
 }

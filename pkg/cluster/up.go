@@ -347,7 +347,7 @@ func (p *Provider) heal(ctx context.Context, c model.ClusterPlan, wait time.Dura
 	if st := p.apiStatus(ctx, c); !st.Ready {
 		why := st.Error
 		if why == "" {
-			why = notReadyNodes(st)
+			why = notReadyWhy(st)
 		}
 		if len(stopped) == 0 {
 			found = append(found, "was not ready: "+why)
