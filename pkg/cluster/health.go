@@ -151,11 +151,12 @@ func (p *Provider) startNodes(ctx context.Context, stopped []string) error {
 }
 
 // waitReady waits until a cluster's API server answers with every node
-// Ready, up to wait, looking every poll.
-func (p *Provider) waitReady(ctx context.Context, c model.ClusterPlan, wait, poll time.Duration) error {
+// Ready, and with system its kube-system workloads too (apiStatus), up to
+// wait, looking every poll.
+func (p *Provider) waitReady(ctx context.Context, c model.ClusterPlan, wait, poll time.Duration, system bool) error {
 	deadline := time.Now().Add(wait)
 	for {
-		st := p.apiStatus(ctx, c)
+		st := p.readAPI(ctx, c, system)
 		if st.Ready {
 			return nil
 		}

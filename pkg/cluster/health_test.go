@@ -337,3 +337,34 @@ func TestKilledCreationIsOnlyItsOwnEnvironments(t *testing.T) {
 		t.Errorf("down y deleted %v (%v)", res.Deleted, err)
 	}
 }
+
+// A new cluster's creation waits for its nodes alone, so that CoreDNS
+// turns ready during the steps after it; WaitSystem, which up calls last,
+// waits for it.
+func TestUpWaitsForNewClustersSystemPodsLast(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.p.poll = time.Millisecond
+	e.kind.systemNotReady = map[string][]string{"cluster1": {"Deployment kube-system/coredns: none of 2 pods ready"}}
+	e.kind.systemReadyAfter = map[string]int{"cluster1": 3}
+	plan := mustPlan(t, model.Request{Clusters: 1})
+	res, err := e.p.Up(context.Background(), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.kind.mu.Lock()
+	reads := e.kind.systemReadyAfter["cluster1"]
+	e.kind.mu.Unlock()
+	if reads != 3 {
+		t.Errorf("creation read kube-system's workloads %d times, want none", 3-reads)
+	}
+	if st, err := e.p.Status(context.Background(), "default", ""); err != nil || st.Ready {
+		t.Errorf("before WaitSystem: ready %v (%v), want not ready", st.Ready, err)
+	}
+	if err := e.p.WaitSystem(context.Background(), plan, res); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.p.Status(context.Background(), "default", ""); err != nil || !st.Ready {
+		t.Errorf("after WaitSystem: ready %v (%v)", st.Ready, err)
+	}
+}

@@ -171,9 +171,14 @@ func (p *Provider) clusterStatus(ctx context.Context, e Listed) ClusterStatus {
 	return st
 }
 
-// apiStatus reads a cluster's nodes from its API server: the live part of
-// its ClusterStatus.
+// apiStatus reads a cluster's nodes from its API server, and a kind
+// cluster's kube-system workloads: the live part of its ClusterStatus.
 func (p *Provider) apiStatus(ctx context.Context, c model.ClusterPlan) ClusterStatus {
+	return p.readAPI(ctx, c, true)
+}
+
+// readAPI is apiStatus; without system, Ready is about the nodes alone.
+func (p *Provider) readAPI(ctx context.Context, c model.ClusterPlan, system bool) ClusterStatus {
 	st := ClusterStatus{ClusterState: model.ClusterState{ClusterPlan: c}, Nodes: []NodeStatus{}}
 	var kc []byte
 	var err error
@@ -204,7 +209,7 @@ func (p *Provider) apiStatus(ctx context.Context, c model.ClusterPlan) ClusterSt
 	for _, n := range ns {
 		st.Ready = st.Ready && n.Ready
 	}
-	if sr, ok := p.nodes.(systemReader); ok && st.Ready && !c.Existing {
+	if sr, ok := p.nodes.(systemReader); ok && system && st.Ready && !c.Existing {
 		// An existing cluster's system is its owner's, whatever it runs.
 		probs, err := sr.System(ctx, kc)
 		if err != nil {

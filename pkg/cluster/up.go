@@ -352,7 +352,7 @@ func (p *Provider) heal(ctx context.Context, c model.ClusterPlan, wait time.Dura
 		if len(stopped) == 0 {
 			found = append(found, "was not ready: "+why)
 		}
-		if err := p.waitReady(ctx, c, wait, min(p.poll, createPoll)); err != nil {
+		if err := p.waitReady(ctx, c, wait, min(p.poll, createPoll), true); err != nil {
 			return found, err
 		}
 	}
@@ -425,6 +425,39 @@ func (p *Provider) createAll(ctx context.Context, plan *model.Plan, create []mod
 	return err
 }
 
+// WaitSystem waits until the kube-system workloads of the kind clusters res
+// created (CoreDNS, kindnet, kube-proxy) are ready, as status requires of a
+// Ready cluster, all in parallel, up to Up's wait; a cluster not ready in
+// time is a warning, as at creation. Up waits for a new cluster's nodes
+// alone so that these seconds (2–3 s measured for CoreDNS after the node)
+// pass during the steps after it; callers wait here when they are done.
+// Reused and healed clusters were already waited for.
+func (p *Provider) WaitSystem(ctx context.Context, plan *model.Plan, res *UpResult, opts ...UpOption) error {
+	o := upOptions{wait: DefaultWait}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.wait <= 0 || res == nil {
+		return nil
+	}
+	var cs []model.ClusterPlan
+	for _, r := range res.Clusters {
+		c, ok := plan.Cluster(r.Name)
+		if ok && !c.Existing && (r.Action == ActionCreated || r.Action == ActionRecreated) {
+			cs = append(cs, c)
+		}
+	}
+	return parallel.ForEach(cs, func(c model.ClusterPlan) error {
+		if err := p.waitReady(ctx, c, o.wait, min(p.poll, createPoll), true); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			p.logger.Warnf("%v", err)
+		}
+		return nil
+	})
+}
+
 // errNotOurs marks a kind cluster that exists but that this process did
 // not create.
 var errNotOurs = errors.New("not created by this run")
@@ -474,7 +507,10 @@ func (p *Provider) createOne(ctx context.Context, plan *model.Plan, c model.Clus
 	if wait > 0 {
 		// As kind's wait did: a cluster not Ready in time is a warning, not
 		// a failed creation (the steps after it wait for what they need).
-		if err := p.waitReady(ctx, c, wait, min(p.poll, createPoll)); err != nil {
+		// Its nodes only: its kube-system pods (CoreDNS) turn ready while
+		// the steps after creation run, and WaitSystem waits for them at
+		// the end.
+		if err := p.waitReady(ctx, c, wait, min(p.poll, createPoll), false); err != nil {
 			if ctx.Err() != nil {
 				return err
 			}

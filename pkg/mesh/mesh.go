@@ -267,7 +267,21 @@ func (m *Config) up(ctx context.Context, plan *model.Plan) (*Result, error) {
 			return res, &StepError{Env: plan.Env, Step: StepInstall, Err: err}
 		}
 	}
+	// New clusters' kube-system pods (CoreDNS) turned ready during the
+	// steps above, mostly: up ends when status would call them Ready.
+	if w, ok := m.p.(SystemWaiter); ok {
+		if err := w.WaitSystem(ctx, plan, up, m.o.upOpts...); err != nil {
+			return res, &StepError{Env: plan.Env, Step: StepClusters, Err: err}
+		}
+	}
 	return res, nil
+}
+
+// SystemWaiter waits for the kube-system workloads of the clusters an Up
+// created (*cluster.Provider is one); up calls it last. A Provider that is
+// not one (a test's) is not waited for.
+type SystemWaiter interface {
+	WaitSystem(ctx context.Context, plan *model.Plan, res *cluster.UpResult, opts ...cluster.UpOption) error
 }
 
 // ConnectResult is what Connect did.
