@@ -34,6 +34,10 @@ const (
 	// StateRoutesStale: a node's routes to a peer cluster do not point at
 	// the peer node's current address.
 	StateRoutesStale = "routes stale"
+	// StateRemoteSecretsStale: a remote secret the cluster holds is
+	// missing or names an API server other than the one `up` would write
+	// now (pkg/mesh's status checks them).
+	StateRemoteSecretsStale = "remote secrets stale"
 )
 
 // Paths on kind nodes of the route reconciler pkg/connect/routes installs: the

@@ -368,3 +368,32 @@ func TestUpWaitsForNewClustersSystemPodsLast(t *testing.T) {
 		t.Errorf("after WaitSystem: ready %v (%v)", st.Ready, err)
 	}
 }
+
+// A problem found beyond a cluster's own health (pkg/mesh's remote
+// secrets) is reported as the cluster's own are: the cluster not Ready, in
+// the given state unless it has one of its own, the environment Degraded
+// with its problems in cluster order.
+func TestAddProblems(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	upEnv(t, e, model.Request{Clusters: 3})
+	stopNode(t, e, "cluster3", 0)
+	st, err := e.p.Status(context.Background(), "default", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.AddProblems("cluster9", StateRemoteSecretsStale, "not a cluster of the environment")
+	st.AddProblems("cluster3", StateRemoteSecretsStale, "secret C")
+	st.AddProblems("cluster1", StateRemoteSecretsStale, "secret A", "secret B")
+	st.AddProblems("cluster2", StateRemoteSecretsStale)
+	for name, want := range map[string]string{"cluster1": StateRemoteSecretsStale, "cluster2": StateRunning, "cluster3": StateStopped} {
+		if c := clusterByName(t, st, name); c.State != want || c.Ready != (want == StateRunning) {
+			t.Errorf("%s: state %q ready %v, want %q", name, c.State, c.Ready, want)
+		}
+	}
+	got := strings.Join(st.Problems, "\n")
+	want := "cluster \"cluster1\": secret A\ncluster \"cluster1\": secret B\ncluster \"cluster3\": node containers not running: cluster3-control-plane (`meshctl up` starts them)\ncluster \"cluster3\": secret C"
+	if st.Ready || st.State != EnvDegraded || got != want {
+		t.Errorf("environment ready %v state %q problems:\n%s\nwant\n%s", st.Ready, st.State, got, want)
+	}
+}

@@ -79,6 +79,15 @@ func (s *snapshot) hold() func() {
 	}
 }
 
+// RememberReads has the Provider read each fact about the kind clusters
+// once (see snapshot) until the returned function is called, as it does
+// while it holds an environment's lock: for a reader that takes no lock and
+// looks at the same clusters several ways in one run — status reads each
+// cluster's nodes and kubeconfig for its health, its routes and the remote
+// secrets it holds. Whether containers run, the API servers' answers and
+// the routes on the nodes are still read every time.
+func (p *Provider) RememberReads() (release func()) { return p.snap.hold() }
+
 // forget drops everything remembered.
 func (s *snapshot) forget() {
 	s.mu.Lock()

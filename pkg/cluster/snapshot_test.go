@@ -299,3 +299,46 @@ func TestSnapshotListReadsAgain(t *testing.T) {
 		t.Errorf("List within the run: %v reads, want none (remembered)", got)
 	}
 }
+
+// TestRememberReadsForStatus: status, and the check of the remote secrets
+// after it (each cluster's kubeconfig and internal address, as
+// pkg/connect/remotesecret reads them), ask kind once for each fact while
+// RememberReads holds — status alone, not remembering, listed each
+// cluster's nodes three times; now the check adds only the control planes'
+// addresses. Released, the next run asks again.
+func TestRememberReadsForStatus(t *testing.T) {
+	t.Parallel()
+	e, ck := newCountingEnv(t)
+	ctx := context.Background()
+	if _, err := e.p.Status(ctx, "default", ""); err != nil {
+		t.Fatal(err)
+	}
+	alone := ck.reads() // for the failure message
+	for run := 1; run <= 2; run++ {
+		release := e.p.RememberReads()
+		if _, err := e.p.Status(ctx, "default", ""); err != nil {
+			t.Fatal(err)
+		}
+		cs, err := e.p.Environment(ctx, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			for _, internal := range []bool{false, true} {
+				if _, err := e.p.ClusterKubeconfig(ctx, c.ClusterPlan, internal); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		release()
+		// 1 list; each cluster's nodes and kubeconfig once; the roles
+		// of the 2 control planes; each control plane's address.
+		want := map[string]int{"list": 1, "nodes": 2, "kubeconfig": 2, "role": 2, "ip": 2}
+		got := ck.reads()
+		for k, n := range want {
+			if got[k] != n {
+				t.Errorf("run %d: %d %s reads, want %d (all: %v; status alone, not remembering: %v)", run, got[k], k, n, got, alone)
+			}
+		}
+	}
+}

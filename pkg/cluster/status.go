@@ -88,7 +88,7 @@ func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusRes
 		}
 	}
 	sort.Slice(es, func(i, j int) bool { return es[i].state().Name < es[j].state().Name })
-	res := &StatusResult{Env: env, Clusters: make([]ClusterStatus, len(es)), Ready: len(es) > 0}
+	res := &StatusResult{Env: env, Clusters: make([]ClusterStatus, len(es))}
 	_ = parallel.ForEach(indexes(len(es)), func(i int) error {
 		res.Clusters[i] = p.clusterStatus(ctx, es[i])
 		// A record written before gateways ran holds empty pools: the
@@ -100,16 +100,7 @@ func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusRes
 		}
 		return nil
 	})
-	for _, c := range res.Clusters {
-		res.Ready = res.Ready && c.Ready
-		for _, pr := range c.Problems {
-			res.Problems = append(res.Problems, fmt.Sprintf("cluster %q: %s", c.Name, pr))
-		}
-	}
-	res.State = EnvReady
-	if !res.Ready {
-		res.State = EnvDegraded
-	}
+	res.summarize()
 	if registry != "" {
 		out, err := p.docker.Run(ctx, "inspect", "--format", "{{.State.Running}}", registry)
 		if err == nil || !strings.Contains(err.Error(), "No such") {
@@ -117,6 +108,48 @@ func (p *Provider) Status(ctx context.Context, env, registry string) (*StatusRes
 		}
 	}
 	return res, nil
+}
+
+// summarize derives the environment's readiness, state and problems from
+// its clusters'.
+func (r *StatusResult) summarize() {
+	r.Ready, r.Problems = len(r.Clusters) > 0, nil
+	for _, c := range r.Clusters {
+		r.Ready = r.Ready && c.Ready
+		for _, pr := range c.Problems {
+			r.Problems = append(r.Problems, fmt.Sprintf("cluster %q: %s", c.Name, pr))
+		}
+	}
+	r.State = EnvReady
+	if !r.Ready {
+		r.State = EnvDegraded
+	}
+}
+
+// AddProblems reports problems a check beyond the cluster's own health
+// found on the cluster of that name (pkg/mesh checks the remote secrets it
+// holds): the cluster is not Ready, its state becomes state unless it
+// already has one of its own (stopped, routes stale...: what is wrong
+// first stays its state, every problem is listed), and the environment is
+// Degraded, its problems naming the cluster as its own do. A name that is
+// not one of the clusters is ignored.
+func (r *StatusResult) AddProblems(name, state string, problems ...string) {
+	if len(problems) == 0 {
+		return
+	}
+	for i := range r.Clusters {
+		c := &r.Clusters[i]
+		if c.Name != name {
+			continue
+		}
+		if c.State == StateRunning || c.State == "" {
+			c.State = state
+		}
+		c.Ready = false
+		c.Problems = append(c.Problems, problems...)
+		r.summarize()
+		return
+	}
 }
 
 // state is the cluster as recorded, its creation complete or not.

@@ -317,7 +317,7 @@ func (m *Config) connect(ctx context.Context, env string) (*ConnectResult, error
 	if m.o.remoteSecrets {
 		err := m.step("Installing remote secrets (control planes read the other clusters)", func() error {
 			var err error
-			out.RemoteSecrets, err = remotesecret.New(m.p, remotesecret.WithLogger(m.o.logger), remotesecret.WithServerByName(true), remotesecret.WithClients(m.o.clients)).Ensure(ctx, env)
+			out.RemoteSecrets, err = m.remoteSecrets(m.p).Ensure(ctx, env)
 			return err
 		})
 		if err != nil {
@@ -325,6 +325,13 @@ func (m *Config) connect(ctx context.Context, env string) (*ConnectResult, error
 		}
 	}
 	return out, nil
+}
+
+// remoteSecrets is the remote-secret manager of up's step, reading the
+// environment from src: status checks the secrets with the very settings
+// that write them.
+func (m *Config) remoteSecrets(src remotesecret.Source) *remotesecret.Manager {
+	return remotesecret.New(src, remotesecret.WithLogger(m.o.logger), remotesecret.WithServerByName(true), remotesecret.WithClients(m.o.clients))
 }
 
 // Locker takes an environment's lock (*cluster.Provider is one): every

@@ -145,7 +145,11 @@ func NewStatus(cfg *Config) *Status {
 	return &Status{cfg: cfg, Registry: model.DefaultRegistryName}
 }
 
-// Run reads env.
+// Run reads env: each cluster's health and, unless the Config says
+// WithRemoteSecrets(false), the remote secrets it holds, which make it
+// unready when one is missing or names an API server other than the one
+// `up` would write now (the environment is then Degraded). A cluster that
+// cannot be read is reported, not an error.
 func (s *Status) Run(ctx context.Context, env string) (*cluster.StatusResult, error) {
-	return s.cfg.p.Status(ctx, env, s.Registry)
+	return s.cfg.status(ctx, env, s.Registry)
 }

@@ -15,6 +15,7 @@ import (
 // remoteSecretOptions are remote-secret's flags.
 type remoteSecretOptions struct {
 	Output string
+	For    string
 }
 
 func newRemoteSecretCommand(g *globals) *cobra.Command {
@@ -28,22 +29,37 @@ istio/multiCluster=true, holding a kubeconfig with CLUSTER's API server
 address on the kind network and the token of its reader service account
 (istio-system/meshctl-reader, created if missing).
 
+The server is the one 'meshctl up' writes into the environment's clusters
+that hold the secret: a kind cluster by container name
+(https://<kind>-control-plane:6443), or by address when a holder is
+IPv6-only or an existing cluster (their pods cannot resolve kind's node
+names; the address changes when Docker restarts the node). --for HOLDER
+prints exactly the secret 'up' installs in HOLDER, a cluster of the
+environment.
+
 'meshctl connect' and 'meshctl up' install these secrets where they are
 needed; this command is for installing one elsewhere. The output holds a
 token: treat it as a credential.`,
 		Example: `  meshctl remote-secret cluster1 | kubectl --kubeconfig other.kubeconfig apply -f -
-  meshctl remote-secret cluster2 -o json`,
+  meshctl remote-secret cluster2 -o json
+  meshctl remote-secret cluster1 --for cluster3   # as up installs it in cluster3`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var opts []remotesecret.SecretOption
+			if o.For != "" {
+				opts = append(opts, remotesecret.For(o.For))
+			}
 			p := g.provider()
-			s, err := remotesecret.New(p, remotesecret.WithLogger(g.logger), remotesecret.WithServerByName(true)).Secret(cmd.Context(), g.opts.Env, args[0])
+			s, err := remotesecret.New(p, remotesecret.WithLogger(g.logger), remotesecret.WithServerByName(true)).Secret(cmd.Context(), g.opts.Env, args[0], opts...)
 			if err != nil {
 				return err
 			}
 			return printRemoteSecret(g.streams.Out, o.Output, s)
 		},
 	}
-	flags{cmd.Flags()}.outputVar(&o.Output, outputYAML, outputJSON)
+	f := flags{cmd.Flags()}
+	f.outputVar(&o.Output, outputYAML, outputJSON)
+	f.stringVar(&o.For, "for", "", "the cluster of the environment that is to hold the secret: its API server is named as meshctl up names it there")
 	return cmd
 }
 

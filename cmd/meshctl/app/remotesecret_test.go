@@ -59,6 +59,7 @@ func TestRemoteSecretBadInput(t *testing.T) {
 	}{
 		{[]string{"remote-secret"}, "accepts 1 arg(s), received 0"},
 		{[]string{"remote-secret", "cluster1", "-o", "text"}, `unknown output format "text": want yaml or json`},
+		{[]string{"remote-secret", "cluster1", "--for"}, "flag needs an argument: --for"},
 		{[]string{"check", "connectivity", "-o", "xml"}, `unknown output format "xml"`},
 		{[]string{"check", "connectivity", "extra"}, `unknown command "extra"`},
 	} {

@@ -94,3 +94,24 @@ func TestStatusCheck(t *testing.T) {
 		t.Errorf("--check on a ready environment: %v", err)
 	}
 }
+
+// A stale remote secret reads as any other problem: the cluster's state
+// and its problem line in the text, and `status --check` names it with its
+// cluster.
+func TestStatusStaleRemoteSecret(t *testing.T) {
+	t.Parallel()
+	res := statusFixture()
+	const problem = "remote secret istio-system/istio-remote-secret-cluster1 is stale: it names cluster cluster1's API server https://[fc00::3]:6443, now https://[fc00::5]:6443; `meshctl up` (or `meshctl connect`) rewrites it"
+	res.AddProblems("cluster3", cluster.StateRemoteSecretsStale, problem)
+	var out bytes.Buffer
+	if err := printStatus(&out, res); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "cluster3 (") || !strings.Contains(out.String(), ": REMOTE SECRETS STALE\n") || !strings.Contains(out.String(), "  problem: "+problem+"\n") {
+		t.Errorf("text:\n%s", out.String())
+	}
+	err := statusCheck(res, true)
+	if err == nil || !strings.Contains(err.Error(), `cluster "cluster3": `+problem) {
+		t.Errorf("--check: %v", err)
+	}
+}

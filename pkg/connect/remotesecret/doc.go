@@ -17,4 +17,10 @@
 //
 // Everything is idempotent: objects are named, not generated, so a re-run
 // finds them, leaves what is right alone and updates what differs in place.
+//
+// Check reads, and writes nothing: for every secret Ensure would write, it
+// compares the server the installed one names with the one Ensure would
+// write now (the same plan, the same choice of server), so that status can
+// say when a secret named by address went stale or is missing. Secret
+// prints one secret as Ensure writes it where it is held.
 package remotesecret

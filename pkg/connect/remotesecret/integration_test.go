@@ -2,6 +2,7 @@ package remotesecret
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -25,6 +26,9 @@ type envSource struct {
 	clusters    []model.ClusterPlan
 	kubeconfigs map[string][]byte
 	broken      string // a cluster whose kubeconfig cannot be read
+	// moved gives a cluster's internal kubeconfig another server: its
+	// node got a new address on the kind network (a Docker restart).
+	moved map[string]string
 }
 
 func (s *envSource) Environment(context.Context, string) ([]model.ClusterState, error) {
@@ -35,7 +39,7 @@ func (s *envSource) Environment(context.Context, string) ([]model.ClusterState, 
 	return out, nil
 }
 
-func (s *envSource) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, _ bool) ([]byte, error) {
+func (s *envSource) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, internal bool) ([]byte, error) {
 	if c.Name == s.broken {
 		return nil, fmt.Errorf("node container is gone")
 	}
@@ -43,7 +47,49 @@ func (s *envSource) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, _ 
 	if !ok {
 		return nil, fmt.Errorf("no cluster %q", c.Name)
 	}
+	if server := s.moved[c.Name]; internal && server != "" {
+		cfg, err := clientcmd.Load(kc)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Clusters[c.Name].Server = server
+		return clientcmd.Write(*cfg)
+	}
 	return kc, nil
+}
+
+// startClusters starts a real API server for each planned cluster, with
+// kube-controller-manager's token controller (testenv starts that
+// controller only), and serves them as environment "it". A plan's empty
+// fields get what a kind cluster of one network has: kind name
+// it-<name>, network-1, its own primary and config cluster, one control
+// plane. It returns each cluster's admin client and rest.Config.
+func startClusters(t *testing.T, plans ...model.ClusterPlan) (*envSource, map[string]kubernetes.Interface, map[string]*rest.Config) {
+	t.Helper()
+	src := &envSource{kubeconfigs: map[string][]byte{}, moved: map[string]string{}}
+	clients, cfgs := map[string]kubernetes.Interface{}, map[string]*rest.Config{}
+	for _, c := range plans {
+		if c.KindName == "" && !c.Existing {
+			c.KindName = "it-" + c.Name
+		}
+		if c.ControlPlanes == 0 && !c.Existing {
+			c.ControlPlanes = 1
+		}
+		if c.Network == "" {
+			c.Network = "network-1"
+		}
+		if c.PrimaryClusterName == "" {
+			c.PrimaryClusterName = c.Name
+		}
+		if c.ConfigClusterName == "" {
+			c.ConfigClusterName = c.Name
+		}
+		cfgs[c.Name] = testenv.NewWithControllers(t, "serviceaccount-token-controller")
+		clients[c.Name] = kubernetes.NewForConfigOrDie(cfgs[c.Name])
+		src.kubeconfigs[c.Name] = kubeconfigFor(t, c.Name, cfgs[c.Name])
+		src.clusters = append(src.clusters, c)
+	}
+	return src, clients, cfgs
 }
 
 func kubeconfigFor(t *testing.T, name string, cfg *rest.Config) []byte {
@@ -71,15 +117,7 @@ func TestIntegrationEnsure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	const tokens = "serviceaccount-token-controller"
-	cfgs := map[string]*rest.Config{"cluster1": testenv.NewWithControllers(t, tokens), "cluster2": testenv.NewWithControllers(t, tokens)}
-	clients := map[string]kubernetes.Interface{}
-	src := &envSource{kubeconfigs: map[string][]byte{}}
-	for _, name := range []string{"cluster1", "cluster2"} {
-		clients[name] = kubernetes.NewForConfigOrDie(cfgs[name])
-		src.kubeconfigs[name] = kubeconfigFor(t, name, cfgs[name])
-		src.clusters = append(src.clusters, model.ClusterPlan{Name: name, KindName: "it-" + name, Network: "network-1", PrimaryClusterName: name, ConfigClusterName: name})
-	}
+	src, clients, cfgs := startClusters(t, model.ClusterPlan{Name: "cluster1"}, model.ClusterPlan{Name: "cluster2"})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -289,15 +327,7 @@ func TestIntegrationServerByName(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	const tokens = "serviceaccount-token-controller"
-	src := &envSource{kubeconfigs: map[string][]byte{}}
-	clients := map[string]kubernetes.Interface{}
-	for _, name := range []string{"cluster1", "cluster2"} {
-		cfg := testenv.NewWithControllers(t, tokens)
-		clients[name] = kubernetes.NewForConfigOrDie(cfg)
-		src.kubeconfigs[name] = kubeconfigFor(t, name, cfg)
-		src.clusters = append(src.clusters, model.ClusterPlan{Name: name, KindName: "it-" + name, Network: "network-1", PrimaryClusterName: name, ConfigClusterName: name, ControlPlanes: 1})
-	}
+	src, clients, _ := startClusters(t, model.ClusterPlan{Name: "cluster1"}, model.ClusterPlan{Name: "cluster2"})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if _, err := New(src, WithTimeout(30*time.Second)).Ensure(ctx, "it"); err != nil {
@@ -321,6 +351,15 @@ func TestIntegrationServerByName(t *testing.T) {
 	if cfg.Host != "https://it-cluster2-control-plane:6443" {
 		t.Errorf("server %s, want https://it-cluster2-control-plane:6443", cfg.Host)
 	}
+	// remote-secret prints what up installed: in an environment of IPv4
+	// kind clusters, by name.
+	printed, err := New(src, WithServerByName(true)).Secret(ctx, "it", "cluster2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !same(s, printed) {
+		t.Errorf("Secret(cluster2) names %s, installed %s", serverOf(t, printed, "cluster2"), cfg.Host)
+	}
 }
 
 // TestIntegrationServerByAddressForIPv6: an IPv6-only kind cluster's pods
@@ -332,30 +371,17 @@ func TestIntegrationServerByAddressForIPv6(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	const tokens = "serviceaccount-token-controller"
-	src := &envSource{kubeconfigs: map[string][]byte{}}
-	clients := map[string]kubernetes.Interface{}
-	hosts := map[string]string{}
-	for _, c := range []model.ClusterPlan{
-		{Name: "cluster1", KindName: "it-cluster1", IPFamily: model.IPv4},
-		{Name: "cluster2", KindName: "it-cluster2", IPFamily: model.IPv6},
-	} {
-		cfg := testenv.NewWithControllers(t, tokens)
-		clients[c.Name] = kubernetes.NewForConfigOrDie(cfg)
-		hosts[c.Name] = cfg.Host
-		src.kubeconfigs[c.Name] = kubeconfigFor(t, c.Name, cfg)
-		c.Network, c.PrimaryClusterName, c.ConfigClusterName, c.ControlPlanes = "network-1", c.Name, c.Name, 1
-		src.clusters = append(src.clusters, c)
-	}
+	src, clients, cfgs := startClusters(t, model.ClusterPlan{Name: "cluster1", IPFamily: model.IPv4}, model.ClusterPlan{Name: "cluster2", IPFamily: model.IPv6})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	res, err := New(src, WithTimeout(30*time.Second), WithServerByName(true)).Ensure(ctx, "it")
+	m := New(src, WithTimeout(30*time.Second), WithServerByName(true))
+	res, err := m.Ensure(ctx, "it")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{ // target cluster -> the server its secret names
 		"cluster1": "https://it-cluster2-control-plane:6443",
-		"cluster2": hosts["cluster1"],
+		"cluster2": cfgs["cluster1"].Host,
 	}
 	for target, server := range want {
 		source := map[string]string{"cluster1": "cluster2", "cluster2": "cluster1"}[target]
@@ -369,6 +395,16 @@ func TestIntegrationServerByAddressForIPv6(t *testing.T) {
 		}
 		if cfg.Host != server {
 			t.Errorf("%s's secret of %s names %s, want %s", target, source, cfg.Host, server)
+		}
+		// remote-secret prints what up installed (it used to name
+		// cluster1 by container name, which cluster2's pods cannot
+		// resolve).
+		printed, err := m.Secret(ctx, "it", source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := serverOf(t, printed, source); got != server {
+			t.Errorf("Secret(%s) names %s, want %s, as installed in %s", source, got, server, target)
 		}
 	}
 	for _, r := range res.Secrets {
@@ -388,17 +424,8 @@ func TestIntegrationRemoteReaderManagesWebhooks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	const tokens = "serviceaccount-token-controller"
-	src := &envSource{kubeconfigs: map[string][]byte{}}
-	cfgs := map[string]*rest.Config{}
-	for _, c := range []model.ClusterPlan{
-		{Name: "cluster1", KindName: "it-cluster1", Network: "network-1", PrimaryClusterName: "cluster1", ConfigClusterName: "cluster1"},
-		{Name: "cluster2", KindName: "it-cluster2", Network: "network-1", PrimaryClusterName: "cluster1", ConfigClusterName: "cluster1"},
-	} {
-		cfgs[c.Name] = testenv.NewWithControllers(t, tokens)
-		src.kubeconfigs[c.Name] = kubeconfigFor(t, c.Name, cfgs[c.Name])
-		src.clusters = append(src.clusters, c)
-	}
+	src, _, _ := startClusters(t, model.ClusterPlan{Name: "cluster1"},
+		model.ClusterPlan{Name: "cluster2", PrimaryClusterName: "cluster1", ConfigClusterName: "cluster1"})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	m := New(src, WithTimeout(30*time.Second))
@@ -468,4 +495,183 @@ func managedVersions(ctx context.Context, t *testing.T, clients map[string]kuber
 		}
 	}
 	return b.String()
+}
+
+// TestIntegrationCheck: Check finds each remote secret Ensure installs as
+// Ensure would write it now, on real API servers: missing before Ensure
+// (and writing nothing), current after it, stale in the IPv6-only and the
+// existing cluster once cluster1's node moved (their secrets name it by
+// address), missing and stale after damage, an unreachable cluster
+// reported on its own secrets only, and current again after a rerun of
+// Ensure. Its result never holds a token.
+func TestIntegrationCheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	src, clients, cfgs := startClusters(t,
+		model.ClusterPlan{Name: "cluster1", IPFamily: model.IPv4},
+		model.ClusterPlan{Name: "cluster2", IPFamily: model.IPv6},
+		model.ClusterPlan{Name: "cluster3", IPFamily: model.IPv4, Existing: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	m := New(src, WithTimeout(30*time.Second), WithServerByName(true))
+
+	chk, err := m.Check(ctx, "it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chk.AnyInstalled() {
+		t.Errorf("before Ensure: some secret installed: %s", checkStates(chk))
+	}
+	if got := checkStates(chk); got != "cluster2→cluster1:missing cluster3→cluster1:missing cluster1→cluster2:missing cluster3→cluster2:missing cluster1→cluster3:missing cluster2→cluster3:missing" {
+		t.Errorf("before Ensure: %s", got)
+	}
+	if _, err := clients["cluster1"].CoreV1().Namespaces().Get(ctx, Namespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Check wrote into cluster1 (namespace %s: %v)", Namespace, err)
+	}
+
+	res, err := m.Ensure(ctx, "it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chk, err = m.Check(ctx, "it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := checkStates(chk); got != "cluster2→cluster1:current cluster3→cluster1:current cluster1→cluster2:current cluster3→cluster2:current cluster1→cluster3:current cluster2→cluster3:current" {
+		t.Errorf("after Ensure: %s", got)
+	}
+	// Check's server is Ensure's, secret by secret: one choice, made once.
+	for i, s := range chk.Secrets {
+		if w := res.Secrets[i]; s.Server != w.Server || s.Installed != w.Server || s.Secret != w.Secret {
+			t.Errorf("%s in %s: Check says server %s, installed %s; Ensure wrote %s", s.Secret, s.Target, s.Server, s.Installed, w.Server)
+		}
+	}
+
+	// cluster1's node comes back on another address: the IPv6-only and
+	// the existing cluster hold it by its old address; cluster2 and
+	// cluster3 did not move.
+	const moved = "https://172.18.0.9:6443"
+	src.moved["cluster1"] = moved
+	// Damage: cluster2 lost its secret of cluster3; cluster1's secret of
+	// cluster2 holds no kubeconfig for it.
+	if err := clients["cluster2"].CoreV1().Secrets(Namespace).Delete(ctx, SecretPrefix+"cluster3", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := clients["cluster1"].CoreV1().Secrets(Namespace).Get(ctx, SecretPrefix+"cluster2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := tokenOf(t, sec, "cluster2")
+	sec.Data = map[string][]byte{"cluster9": sec.Data["cluster2"]}
+	if _, err := clients["cluster1"].CoreV1().Secrets(Namespace).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	chk, err = m.Check(ctx, "it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := checkStates(chk); got != "cluster2→cluster1:stale cluster3→cluster1:current cluster1→cluster2:stale cluster3→cluster2:missing cluster1→cluster3:stale cluster2→cluster3:current" {
+		t.Errorf("after the move and the damage: %s", got)
+	}
+	for _, s := range chk.Secrets {
+		want := map[string]string{"cluster2→cluster1": "", "cluster1→cluster2": cfgs["cluster1"].Host, "cluster1→cluster3": cfgs["cluster1"].Host}[s.Cluster+"→"+s.Target]
+		if s.State == SecretStale && (s.Installed != want || s.Server != moved && s.Cluster == "cluster1") {
+			t.Errorf("%s in %s: installed %q, server %q; want installed %q, server %s", s.Secret, s.Target, s.Installed, s.Server, want, moved)
+		}
+	}
+	if out, _ := json.Marshal(chk); strings.Contains(string(out), token) {
+		t.Error("Check's result holds a reader token")
+	}
+
+	// A cluster that cannot be resolved fails its own secrets, not the
+	// others'.
+	src.broken = "cluster3"
+	chk, err = m.Check(ctx, "it")
+	if err != nil {
+		t.Fatalf("one unreachable cluster failed the whole check: %v", err)
+	}
+	for _, s := range chk.Secrets {
+		involved := s.Cluster == "cluster3" || s.Target == "cluster3"
+		if involved != (s.Error != "") || involved && !strings.Contains(s.Error, `cluster "cluster3"`) {
+			t.Errorf("%s in %s: state %q, error %q", s.Secret, s.Target, s.State, s.Error)
+		}
+	}
+	src.broken = ""
+
+	// A rerun heals: every secret as Ensure writes it now.
+	if _, err := m.Ensure(ctx, "it"); err != nil {
+		t.Fatal(err)
+	}
+	chk, err = m.Check(ctx, "it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := checkStates(chk); got != "cluster2→cluster1:current cluster3→cluster1:current cluster1→cluster2:current cluster3→cluster2:current cluster1→cluster3:current cluster2→cluster3:current" {
+		t.Errorf("after the rerun: %s", got)
+	}
+
+	// remote-secret prints what Ensure installed: --for a holder exactly
+	// its secret; by default, with an IPv6-only or existing holder, the
+	// address.
+	for _, s := range res.Secrets {
+		printed, err := m.Secret(ctx, "it", s.Cluster, For(s.Target))
+		if err != nil {
+			t.Fatal(err)
+		}
+		installed, err := clients[s.Target].CoreV1().Secrets(Namespace).Get(ctx, SecretPrefix+s.Cluster, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !same(installed, printed) {
+			t.Errorf("Secret(%s, For(%s)) differs from the one installed there", s.Cluster, s.Target)
+		}
+	}
+	printed, err := m.Secret(ctx, "it", "cluster1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := serverOf(t, printed, "cluster1"); got != moved {
+		t.Errorf("Secret(cluster1) names %s, want its address %s", got, moved)
+	}
+	if _, err := m.Secret(ctx, "it", "cluster1", For("cluster1")); err == nil || !strings.Contains(err.Error(), "itself") {
+		t.Errorf("For itself: %v", err)
+	}
+	if _, err := m.Secret(ctx, "it", "cluster1", For("cluster9")); err == nil || !strings.Contains(err.Error(), `no cluster "cluster9"`) {
+		t.Errorf("For an unknown cluster: %v", err)
+	}
+}
+
+// checkStates lists each secret Check found as source→target:state.
+func checkStates(r *CheckResult) string {
+	var out []string
+	for _, s := range r.Secrets {
+		state := s.State
+		if s.Error != "" {
+			state = "error"
+		}
+		out = append(out, s.Cluster+"→"+s.Target+":"+state)
+	}
+	return strings.Join(out, " ")
+}
+
+func serverOf(t *testing.T, s *corev1.Secret, source string) string {
+	t.Helper()
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[source])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Host
+}
+
+func tokenOf(t *testing.T, s *corev1.Secret, source string) string {
+	t.Helper()
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[source])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.BearerToken == "" {
+		t.Fatalf("remote secret of %s holds no token", source)
+	}
+	return cfg.BearerToken
 }

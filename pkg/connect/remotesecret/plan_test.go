@@ -128,3 +128,64 @@ func TestPlanCoversTestdata(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretServer: the server remote-secret prints is the one Ensure
+// writes where the secret is held: the holder named (For), else the
+// environment's holders, by address when one of them cannot resolve kind's
+// node names.
+func TestSecretServer(t *testing.T) {
+	t.Parallel()
+	kind := func(name, family string) model.ClusterPlan {
+		return model.ClusterPlan{Name: name, KindName: "e-" + name, IPFamily: family, PrimaryClusterName: name, ConfigClusterName: name}
+	}
+	existing := func(name string) model.ClusterPlan {
+		return model.ClusterPlan{Name: name, Existing: true, IPFamily: model.IPv4, PrimaryClusterName: name, ConfigClusterName: name}
+	}
+	remoteOf := func(c model.ClusterPlan, primary string) model.ClusterPlan {
+		c.PrimaryClusterName, c.ConfigClusterName = primary, primary
+		return c
+	}
+	// c1 is an external control plane, its mesh config in c2: no secret
+	// gives access to it.
+	unheld := []model.ClusterPlan{kind("c1", model.IPv4), kind("c2", model.IPv6)}
+	for i := range unheld {
+		unheld[i].PrimaryClusterName, unheld[i].ConfigClusterName = "c1", "c2"
+	}
+	if ps := show(plan(unheld)); strings.Contains(ps, "c1→") {
+		t.Fatalf("c1 is held: %s", ps)
+	}
+	ep := endpoint{server: "by-name", byIP: "by-address"}
+	tests := []struct {
+		name     string
+		clusters []model.ClusterPlan
+		holder   string // For
+		want     string // server, or the error's text
+	}{
+		{"IPv4 kind clusters resolve the names", []model.ClusterPlan{kind("c1", model.IPv4), kind("c2", model.IPv4), kind("c3", model.Dual)}, "", "by-name"},
+		{"IPv6-only ones do not", []model.ClusterPlan{kind("c1", model.IPv6), kind("c2", model.IPv6)}, "", "by-address"},
+		{"one holder that does not is enough: the address works from all", []model.ClusterPlan{kind("c1", model.IPv4), kind("c2", model.IPv4), existing("c3")}, "", "by-address"},
+		{"for one that does", []model.ClusterPlan{kind("c1", model.IPv4), kind("c2", model.IPv4), existing("c3")}, "c2", "by-name"},
+		{"for one that does, by its kind name", []model.ClusterPlan{kind("c1", model.IPv4), kind("c2", model.IPv4), existing("c3")}, "e-c2", "by-name"},
+		{"for one that does not", []model.ClusterPlan{kind("c1", model.IPv4), kind("c2", model.IPv4), existing("c3")}, "c3", "by-address"},
+		{"a remote holds no secret: not a holder", []model.ClusterPlan{kind("c1", model.IPv4), kind("c2", model.IPv4), remoteOf(existing("c3"), "c2")}, "", "by-name"},
+		{"held by no cluster: the others decide", unheld, "", "by-address"},
+		{"alone: its own kind decides", []model.ClusterPlan{kind("c1", model.IPv6)}, "", "by-address"},
+		{"not for itself", []model.ClusterPlan{kind("c1", model.IPv4), kind("c2", model.IPv4)}, "c1", `cluster "c1" cannot hold a remote secret of itself`},
+		{"not for a stranger", []model.ClusterPlan{kind("c1", model.IPv4), kind("c2", model.IPv4)}, "c9", `no cluster "c9" in environment "e" (it has c1, c2)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h, err := holderOf(tt.clusters, "e", "c1", tt.holder)
+			got := ""
+			if err != nil {
+				got = err.Error()
+			} else {
+				got = ep.serverIn(h)
+			}
+			if !strings.Contains(got, tt.want) {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -3,6 +3,8 @@ package remotesecret
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -106,6 +108,19 @@ type endpoint struct {
 	// a cluster whose pods cannot resolve kind's names gets
 	// (resolvesNoNodeNames).
 	byIP string
+	// err is why the cluster could not be resolved: Ensure writes nothing
+	// then, Check reports it on each secret the cluster is part of.
+	err error
+}
+
+// serverIn is the API server the remote secret of e names when target
+// holds it: the one place Ensure, Check and Secret choose it, so that what
+// status checks and remote-secret prints is what up writes.
+func (e endpoint) serverIn(target model.ClusterPlan) string {
+	if resolvesNoNodeNames(target) && e.byIP != "" {
+		return e.byIP
+	}
+	return e.server
 }
 
 // Ensure creates or updates every remote secret env needs, concurrently. All
@@ -125,7 +140,8 @@ func (m *Manager) Ensure(ctx context.Context, env string) (*Result, error) {
 	for _, p := range pairs {
 		sources[p.source], targets[p.target] = true, true
 	}
-	eps, err := m.resolve(ctx, cs, sources, targets)
+	// The reader accounts are made through the sources' clients.
+	eps, err := m.resolve(ctx, cs, union(sources, targets), sources)
 	if err != nil {
 		return nil, err
 	}
@@ -147,38 +163,27 @@ func (m *Manager) Ensure(ctx context.Context, env string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	secrets, secretsByIP := map[string]*corev1.Secret{}, map[string]*corev1.Secret{}
-	for i, name := range names {
-		s, err := Build(name, eps[name].server, creds[i].ca, creds[i].token)
-		if err != nil {
-			return nil, fmt.Errorf("cluster %q: %w", name, err)
-		}
-		secrets[name], secretsByIP[name] = s, s
-		if eps[name].byIP != "" {
-			if secretsByIP[name], err = Build(name, eps[name].byIP, creds[i].ca, creds[i].token); err != nil {
-				return nil, fmt.Errorf("cluster %q: %w", name, err)
-			}
-		}
-	}
-	// byAddress: the clusters whose pods cannot resolve kind's node names.
-	byAddress := map[string]bool{}
-	for _, c := range cs {
-		byAddress[c.Name] = resolvesNoNodeNames(c)
-	}
-
+	// Every secret is built before any is written: a bad one changes
+	// nothing.
+	plans := byName(cs)
+	secrets := make([]*corev1.Secret, len(pairs))
 	res.Secrets = make([]SecretResult, len(pairs))
+	for i, p := range pairs {
+		server := eps[p.source].serverIn(plans[p.target])
+		c := creds[slices.Index(names, p.source)]
+		if secrets[i], err = Build(p.source, server, c.ca, c.token); err != nil {
+			return nil, fmt.Errorf("cluster %q: %w", p.source, err)
+		}
+		res.Secrets[i] = SecretResult{Cluster: p.source, Target: p.target, Secret: Namespace + "/" + secrets[i].Name, Server: server}
+	}
 	err = each(len(pairs), func(i int) error {
 		p := pairs[i]
-		s, server := secrets[p.source], eps[p.source].server
-		if byAddress[p.target] && eps[p.source].byIP != "" {
-			s, server = secretsByIP[p.source], eps[p.source].byIP
-		}
-		action, err := apply(ctx, eps[p.target].client, s)
+		action, err := apply(ctx, eps[p.target].client, secrets[i])
 		if err != nil {
 			return fmt.Errorf("cluster %q: remote secret of %q: %w", p.target, p.source, err)
 		}
-		m.logger.V(1).Infof("cluster %q: remote secret %s/%s %s", p.target, Namespace, s.Name, action)
-		res.Secrets[i] = SecretResult{Cluster: p.source, Target: p.target, Secret: Namespace + "/" + s.Name, Server: server, Action: action}
+		m.logger.V(1).Infof("cluster %q: remote secret %s/%s %s", p.target, Namespace, secrets[i].Name, action)
+		res.Secrets[i].Action = action
 		return nil
 	})
 	if err != nil {
@@ -187,10 +192,31 @@ func (m *Manager) Ensure(ctx context.Context, env string) (*Result, error) {
 	return res, nil
 }
 
+// SecretOption configures Secret.
+type SecretOption func(*secretOptions)
+
+type secretOptions struct{ holder string }
+
+// For names the cluster of the environment that is to hold the secret
+// (mesh or kind name): Secret then names the API server exactly as Ensure
+// does in that cluster.
+func For(holder string) SecretOption { return func(o *secretOptions) { o.holder = holder } }
+
 // Secret returns the remote secret of one cluster, as `istioctl
 // create-remote-secret` prints it, creating the cluster's reader account if
 // it has none yet. It writes into no other cluster.
-func (m *Manager) Secret(ctx context.Context, env, name string) (*corev1.Secret, error) {
+//
+// Its API server is the one Ensure writes where the secret is held (For),
+// by default in the environment's clusters that hold it (Ensure's targets:
+// by address when any of them resolves no kind node names, as an IPv6-only
+// or existing cluster does, since the address is what all of them reach;
+// with no target, the other clusters of the environment, or with none, the
+// cluster itself, as the likeliest kind of its peers elsewhere).
+func (m *Manager) Secret(ctx context.Context, env, name string, opts ...SecretOption) (*corev1.Secret, error) {
+	var o secretOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cs, err := m.clusters(ctx, env)
 	if err != nil {
 		return nil, err
@@ -199,7 +225,12 @@ func (m *Manager) Secret(ctx context.Context, env, name string) (*corev1.Secret,
 	if err != nil {
 		return nil, err
 	}
-	eps, err := m.resolve(ctx, cs, map[string]bool{name: true}, nil)
+	holder, err := holderOf(cs, env, name, o.holder)
+	if err != nil {
+		return nil, err
+	}
+	one := map[string]bool{name: true}
+	eps, err := m.resolve(ctx, cs, one, one)
 	if err != nil {
 		return nil, err
 	}
@@ -207,11 +238,50 @@ func (m *Manager) Secret(ctx context.Context, env, name string) (*corev1.Secret,
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: reader account: %w", name, err)
 	}
-	s, err := Build(name, eps[name].server, creds.ca, creds.token)
+	s, err := Build(name, eps[name].serverIn(holder), creds.ca, creds.token)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", name, err)
 	}
 	return s, nil
+}
+
+// holderOf is the cluster whose kind decides the server of name's secret
+// (see Secret): the one named, else the first of the default holders that
+// resolves no node names, else any of them.
+func holderOf(cs []model.ClusterPlan, env, name, named string) (model.ClusterPlan, error) {
+	plans := byName(cs)
+	if named != "" {
+		h, err := find(cs, env, named)
+		if err != nil {
+			return model.ClusterPlan{}, err
+		}
+		if h == name {
+			return model.ClusterPlan{}, fmt.Errorf("cluster %q cannot hold a remote secret of itself (istiod reads its own cluster without one)", name)
+		}
+		return plans[h], nil
+	}
+	var holders []model.ClusterPlan
+	for _, p := range plan(cs) {
+		if p.source == name {
+			holders = append(holders, plans[p.target])
+		}
+	}
+	if len(holders) == 0 {
+		for _, c := range cs {
+			if c.Name != name {
+				holders = append(holders, c)
+			}
+		}
+	}
+	if len(holders) == 0 {
+		holders = []model.ClusterPlan{plans[name]}
+	}
+	for _, h := range holders {
+		if resolvesNoNodeNames(h) {
+			return h, nil
+		}
+	}
+	return holders[0], nil
 }
 
 // find returns the mesh name of the cluster with the given mesh or kind name.
@@ -237,50 +307,44 @@ func (m *Manager) clusters(ctx context.Context, env string) ([]model.ClusterPlan
 	return model.Plans(cs), nil
 }
 
-// resolve reads, concurrently, a client for every cluster involved and the
-// internal API server address of every source.
-func (m *Manager) resolve(ctx context.Context, cs []model.ClusterPlan, sources, targets map[string]bool) (map[string]endpoint, error) {
-	plans := map[string]model.ClusterPlan{}
-	for _, c := range cs {
-		plans[c.Name] = c
-	}
-	all := map[string]bool{}
-	for n := range sources {
-		all[n] = true
-	}
-	for n := range targets {
-		all[n] = true
-	}
-	names := sortedKeys(all)
+// resolve reads, concurrently, a client for every cluster in clients and the
+// internal API server address of every cluster in servers. Every cluster
+// named is in the map, those that failed with their err; the error joins
+// theirs.
+func (m *Manager) resolve(ctx context.Context, cs []model.ClusterPlan, clients, servers map[string]bool) (map[string]endpoint, error) {
+	plans := byName(cs)
+	names := sortedKeys(union(clients, servers))
 	eps := make([]endpoint, len(names))
 	err := each(len(names), func(i int) error {
 		name := names[i]
-		kc, err := m.source.ClusterKubeconfig(ctx, plans[name], false)
-		if err != nil {
-			return fmt.Errorf("cluster %q: kubeconfig: %w", name, err)
+		if clients[name] {
+			kc, err := m.source.ClusterKubeconfig(ctx, plans[name], false)
+			if err != nil {
+				return eps[i].fail(fmt.Errorf("cluster %q: kubeconfig: %w", name, err))
+			}
+			kg := m.clients.Bytes(kc, "")
+			if _, err := kg.RESTConfig(); err != nil {
+				return eps[i].fail(fmt.Errorf("cluster %q: kubeconfig: %w", name, err))
+			}
+			client, err := kg.Kubernetes()
+			if err != nil {
+				return eps[i].fail(fmt.Errorf("cluster %q: client: %w", name, err))
+			}
+			eps[i].client = client
 		}
-		kg := m.clients.Bytes(kc, "")
-		if _, err := kg.RESTConfig(); err != nil {
-			return fmt.Errorf("cluster %q: kubeconfig: %w", name, err)
-		}
-		client, err := kg.Kubernetes()
-		if err != nil {
-			return fmt.Errorf("cluster %q: client: %w", name, err)
-		}
-		eps[i].client = client
-		if !sources[name] {
+		if !servers[name] {
 			return nil
 		}
 		ikc, err := m.source.ClusterKubeconfig(ctx, plans[name], true)
 		if err != nil {
-			return fmt.Errorf("cluster %q: internal kubeconfig: %w", name, err)
+			return eps[i].fail(fmt.Errorf("cluster %q: internal kubeconfig: %w", name, err))
 		}
 		icfg, err := m.clients.Bytes(ikc, "").RESTConfig()
 		if err != nil {
-			return fmt.Errorf("cluster %q: internal kubeconfig: %w", name, err)
+			return eps[i].fail(fmt.Errorf("cluster %q: internal kubeconfig: %w", name, err))
 		}
 		if icfg.Host == "" {
-			return fmt.Errorf("cluster %q: internal kubeconfig names no server", name)
+			return eps[i].fail(fmt.Errorf("cluster %q: internal kubeconfig names no server", name))
 		}
 		eps[i].server = icfg.Host
 		if m.byName && !plans[name].Existing && plans[name].KindName != "" {
@@ -289,14 +353,17 @@ func (m *Manager) resolve(ctx context.Context, cs []model.ClusterPlan, sources, 
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
 	out := map[string]endpoint{}
 	for i, n := range names {
 		out[n] = eps[i]
 	}
-	return out, nil
+	return out, err
+}
+
+// fail records why the endpoint could not be resolved, and returns it.
+func (e *endpoint) fail(err error) error {
+	e.err = err
+	return err
 }
 
 // resolvesNoNodeNames says whether c's pods cannot resolve a kind node's
@@ -319,6 +386,21 @@ func each(n int, f func(int) error) error {
 		idx[i] = i
 	}
 	return parallel.ForEach(idx, f)
+}
+
+func union(a, b map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(a)+len(b))
+	maps.Copy(out, a)
+	maps.Copy(out, b)
+	return out
+}
+
+func byName(cs []model.ClusterPlan) map[string]model.ClusterPlan {
+	out := make(map[string]model.ClusterPlan, len(cs))
+	for _, c := range cs {
+		out[c.Name] = c
+	}
+	return out
 }
 
 func sortedKeys(m map[string]bool) []string {
