@@ -434,6 +434,15 @@ func (k *fakeKind) findNode(name string) *fakeNode {
 // node answers docker commands on node containers.
 func (d *fakeDocker) node(args []string) ([]byte, error, bool) {
 	switch {
+	case args[0] == "inspect" && len(args) > 3 && args[2] == "{{.Name}} {{.State.StartedAt}}":
+		var out bytes.Buffer
+		for _, name := range args[3:] {
+			if d.kind.findNode(name) == nil {
+				return out.Bytes(), fmt.Errorf("docker inspect: exit status 1: Error: No such object: %s", name), true
+			}
+			fmt.Fprintf(&out, "/%s %s\n", name, "2026-12-07T15:00:00.123456789Z")
+		}
+		return out.Bytes(), nil, true
 	case args[0] == "inspect" && len(args) > 3 && args[2] == "{{.Name}} {{.State.Running}}":
 		var out bytes.Buffer
 		for _, name := range args[3:] {
@@ -489,14 +498,14 @@ func (d *fakeDocker) called(prefix string) int {
 
 // System reports a fake cluster's systemNotReady, and a real API server's
 // kube-system.
-func (r fakeNodeReader) System(ctx context.Context, kubeconfig []byte) ([]string, error) {
+func (r fakeNodeReader) System(ctx context.Context, kubeconfig []byte, started map[string]time.Time) ([]string, error) {
 	cfg, err := clientcmd.Load(kubeconfig)
 	if err != nil {
 		return nil, err
 	}
 	kctx := cfg.Contexts[cfg.CurrentContext]
 	if kctx == nil || !strings.HasPrefix(kctx.Cluster, "kind-") {
-		return apiNodeReader{}.System(ctx, kubeconfig)
+		return apiNodeReader{}.System(ctx, kubeconfig, started)
 	}
 	name := strings.TrimPrefix(kctx.Cluster, "kind-")
 	r.kind.mu.Lock()

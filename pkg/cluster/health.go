@@ -87,6 +87,39 @@ func (p *Provider) containersRunning(ctx context.Context, ns []nodes.Node) (map[
 	return running, nil
 }
 
+// nodeStarts is when each node container of a kind cluster last started,
+// by its name (a kind node's Kubernetes node name is its container's).
+func (p *Provider) nodeStarts(ctx context.Context, kindName string) (map[string]time.Time, error) {
+	ns, err := p.kind.ListNodes(kindName)
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes of %s: %w", kindName, err)
+	}
+	started := map[string]time.Time{}
+	if len(ns) == 0 {
+		return started, nil
+	}
+	args := []string{"inspect", "--format", "{{.Name}} {{.State.StartedAt}}"}
+	for _, n := range ns {
+		args = append(args, n.String())
+	}
+	out, err := p.docker.Run(ctx, args...)
+	if err != nil {
+		return nil, fmt.Errorf("inspecting node containers: %w", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		name, at, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil {
+			return nil, fmt.Errorf("node container %s started at %q: %w", name, at, err)
+		}
+		started[strings.TrimPrefix(name, "/")] = t
+	}
+	return started, nil
+}
+
 // stoppedNodes lists the node containers of a kind cluster that do not run.
 func (p *Provider) stoppedNodes(ctx context.Context, kindName string) ([]string, error) {
 	ns, err := p.kind.ListNodes(kindName)

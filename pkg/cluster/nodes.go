@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,37 +65,96 @@ func NodeStatuses(items []corev1.Node) []NodeStatus {
 }
 
 // System lists the workloads of kube-system that carry pods' traffic and
-// are not ready: a DaemonSet (kindnet, kube-proxy) not ready on every node
-// it runs on, a Deployment (CoreDNS) without a ready pod. A restarted node
-// answers, and reports itself Ready, well before them: measured after a
-// node's restart, its API server answered 8 s after the start and CoreDNS
-// had no ready pod until 40 s, names not resolving meanwhile.
-func (apiNodeReader) System(ctx context.Context, kubeconfig []byte) ([]string, error) {
+// are not ready: a DaemonSet (kindnet, kube-proxy) without a ready pod on
+// every node it runs on, a Deployment (CoreDNS) without a ready pod. A
+// restarted node answers, and reports itself Ready, well before them:
+// measured after a node's restart, its API server answered 8 s after the
+// start and CoreDNS had no ready pod until 40 s, names not resolving
+// meanwhile. Pods are judged themselves, not their controllers' status,
+// which the controller manager (restarting with the node) updates last;
+// and a pod on a node of started (when its container last started) counts
+// only if its containers started since: until the kubelet reports, the
+// API server still shows the pod as it was before the restart.
+func (apiNodeReader) System(ctx context.Context, kubeconfig []byte, started map[string]time.Time) ([]string, error) {
 	cs, err := kubeclient.FromBytes(kubeconfig, "").Kubernetes()
 	if err != nil {
 		return nil, fmt.Errorf("creating client: %w", err)
 	}
-	var out []string
-	dss, err := cs.AppsV1().DaemonSets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{})
+	ns := metav1.NamespaceSystem
+	dss, err := cs.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing kube-system's DaemonSets: %w", err)
 	}
-	for _, ds := range dss.Items {
-		if want := ds.Status.DesiredNumberScheduled; ds.Status.NumberReady < want {
-			out = append(out, fmt.Sprintf("DaemonSet kube-system/%s: %d of %d pods ready", ds.Name, ds.Status.NumberReady, want))
-		}
-	}
-	deps, err := cs.AppsV1().Deployments(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{})
+	deps, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing kube-system's Deployments: %w", err)
+	}
+	rss, err := cs.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing kube-system's ReplicaSets: %w", err)
+	}
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing kube-system's pods: %w", err)
+	}
+	deploymentOf := map[string]string{} // ReplicaSet → Deployment
+	for _, rs := range rss.Items {
+		if o := metav1.GetControllerOf(&rs); o != nil && o.Kind == "Deployment" {
+			deploymentOf[rs.Name] = o.Name
+		}
+	}
+	ready := map[string]int{} // "DaemonSet/name", "Deployment/name" → ready pods
+	for _, pod := range pods.Items {
+		o := metav1.GetControllerOf(&pod)
+		if o == nil || !podReadySince(pod, started[pod.Spec.NodeName]) {
+			continue
+		}
+		switch o.Kind {
+		case "DaemonSet":
+			ready["DaemonSet/"+o.Name]++
+		case "ReplicaSet":
+			if d, ok := deploymentOf[o.Name]; ok {
+				ready["Deployment/"+d]++
+			}
+		}
+	}
+	var out []string
+	for _, ds := range dss.Items {
+		want := int(ds.Status.DesiredNumberScheduled)
+		if got := ready["DaemonSet/"+ds.Name]; got < want {
+			out = append(out, fmt.Sprintf("DaemonSet kube-system/%s: %d of %d pods ready", ds.Name, got, want))
+		}
 	}
 	for _, d := range deps.Items {
 		// One ready pod serves (CoreDNS's Service sends only to ready
 		// ones); a Deployment scaled to zero asks for none.
-		if d.Spec.Replicas != nil && *d.Spec.Replicas > 0 && d.Status.ReadyReplicas == 0 {
+		if d.Spec.Replicas != nil && *d.Spec.Replicas > 0 && ready["Deployment/"+d.Name] == 0 {
 			out = append(out, fmt.Sprintf("Deployment kube-system/%s: none of %d pods ready", d.Name, *d.Spec.Replicas))
 		}
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// podReadySince says whether pod is Ready and, when its node started at a
+// known time, whether each of its containers has run since then (the
+// kubelet's report after the restart, not the one before it).
+func podReadySince(pod corev1.Pod, nodeStarted time.Time) bool {
+	ready := false
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	if !ready || nodeStarted.IsZero() {
+		return ready
+	}
+	// The API's times have whole seconds.
+	since := nodeStarted.Truncate(time.Second)
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.State.Running == nil || c.State.Running.StartedAt.Time.Before(since) {
+			return false
+		}
+	}
+	return len(pod.Status.ContainerStatuses) > 0
 }

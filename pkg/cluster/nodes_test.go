@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -88,8 +89,10 @@ func TestIntegrationNodeReader(t *testing.T) {
 }
 
 // TestIntegrationSystemReader reads kube-system's workloads from a real
-// kube-apiserver: a DaemonSet short of a ready pod and a Deployment
-// without one are named, until their status says they are ready.
+// kube-apiserver: a DaemonSet short of a ready pod on a node and a
+// Deployment without one are named; a pod the API still shows Ready from
+// before its node's restart (its containers started before the node) does
+// not count, one whose containers started since does.
 func TestIntegrationSystemReader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -102,48 +105,86 @@ func TestIntegrationSystemReader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	kc := kubeconfigFor(t, cfg)
-	if got, err := (apiNodeReader{}).System(ctx, kc); err != nil || len(got) != 0 {
+	if got, err := (apiNodeReader{}).System(ctx, kc, nil); err != nil || len(got) != 0 {
 		t.Fatalf("empty kube-system: %q, %v", got, err)
 	}
+	const ns = "kube-system"
 	labels := map[string]string{"k8s-app": "x"}
 	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
 	two := int32(2)
-	ds, err := cs.AppsV1().DaemonSets("kube-system").Create(ctx, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "kindnet"},
+	ds, err := cs.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "kindnet"},
 		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dep, err := cs.AppsV1().Deployments("kube-system").Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "coredns"},
+	// No controllers run here: statuses are set as theirs and the
+	// kubelet's would be. The DaemonSet's own status says all is ready,
+	// as it still does right after a restart.
+	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, CurrentNumberScheduled: 2, NumberReady: 2}
+	if _, err = cs.AppsV1().DaemonSets(ns).UpdateStatus(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dep, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "coredns"},
 		Spec: appsv1.DeploymentSpec{Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// No controllers run here: the statuses are set as theirs would be
-	// while the node's pods come back.
-	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, CurrentNumberScheduled: 2, NumberReady: 1}
-	if ds, err = cs.AppsV1().DaemonSets("kube-system").UpdateStatus(ctx, ds, metav1.UpdateOptions{}); err != nil {
+	yes := true
+	owner := func(kind, name string, uid types.UID) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: name, UID: uid, Controller: &yes}}
+	}
+	rs, err := cs.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "coredns-66bc5c9577", OwnerReferences: owner("Deployment", dep.Name, dep.UID)},
+		Spec: appsv1.ReplicaSetSpec{Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl}}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	dep.Status = appsv1.DeploymentStatus{Replicas: 2, ReadyReplicas: 0}
-	if dep, err = cs.AppsV1().Deployments("kube-system").UpdateStatus(ctx, dep, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	restart := time.Date(2026, 12, 7, 15, 0, 0, 500_000_000, time.UTC) // node2's container started
+	before, after := metav1.NewTime(restart.Add(-time.Minute)), metav1.NewTime(restart.Add(2*time.Second))
+	pod := func(name, node string, refs []metav1.OwnerReference, ready bool, started metav1.Time) {
+		t.Helper()
+		p, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, OwnerReferences: refs},
+			Spec: corev1.PodSpec{NodeName: node, Containers: tmpl.Spec.Containers}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning,
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: status}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Ready: ready, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}}}}
+		if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	got, err := apiNodeReader{}.System(ctx, kc)
+	// What the API shows right after node2's restart: every pod Ready, as
+	// reported before it.
+	pod("kindnet-a", "node1", owner("DaemonSet", ds.Name, ds.UID), true, before)
+	pod("kindnet-b", "node2", owner("DaemonSet", ds.Name, ds.UID), true, before)
+	pod("coredns-a", "node2", owner("ReplicaSet", rs.Name, rs.UID), true, before)
+	pod("coredns-b", "node2", owner("ReplicaSet", rs.Name, rs.UID), false, before)
+	started := map[string]time.Time{"node2": restart}
+	got, err := apiNodeReader{}.System(ctx, kc, started)
 	want := []string{"DaemonSet kube-system/kindnet: 1 of 2 pods ready", "Deployment kube-system/coredns: none of 2 pods ready"}
 	if err != nil || !slices.Equal(got, want) {
-		t.Fatalf("got %q (%v), want %q", got, err, want)
+		t.Fatalf("right after node2's restart: got %q (%v), want %q", got, err, want)
 	}
-	// One ready CoreDNS pod serves names; every node needs its kindnet.
-	ds.Status.NumberReady = 2
-	if _, err = cs.AppsV1().DaemonSets("kube-system").UpdateStatus(ctx, ds, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	// Without the restart known, the same pods are all Ready.
+	if got, err := (apiNodeReader{}).System(ctx, kc, nil); err != nil || len(got) != 0 {
+		t.Fatalf("no restart known: %q, %v", got, err)
 	}
-	dep.Status.ReadyReplicas = 1
-	if _, err = cs.AppsV1().Deployments("kube-system").UpdateStatus(ctx, dep, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	// The kubelet reports: kindnet runs again, one CoreDNS pod is Ready
+	// (one serves names).
+	for _, name := range []string{"kindnet-b", "coredns-b"} {
+		if err := cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if got, err := (apiNodeReader{}).System(ctx, kc); err != nil || len(got) != 0 {
-		t.Fatalf("ready kube-system: %q, %v", got, err)
+	pod("kindnet-b2", "node2", owner("DaemonSet", ds.Name, ds.UID), true, after)
+	pod("coredns-b2", "node2", owner("ReplicaSet", rs.Name, rs.UID), true, after)
+	if got, err := (apiNodeReader{}).System(ctx, kc, started); err != nil || len(got) != 0 {
+		t.Fatalf("after the kubelet's report: %q, %v", got, err)
 	}
 }

@@ -44,7 +44,9 @@ type NodeReader interface {
 // kube-system workloads are not ready (apiNodeReader.System); status
 // checks them on kind clusters.
 type systemReader interface {
-	System(ctx context.Context, kubeconfig []byte) ([]string, error)
+	// System takes when each node's container last started (by node
+	// name; unknown nodes are not checked for it).
+	System(ctx context.Context, kubeconfig []byte, started map[string]time.Time) ([]string, error)
 }
 
 // Provider creates, inspects and deletes meshctl environments.

@@ -244,7 +244,11 @@ func (p *Provider) readAPI(ctx context.Context, c model.ClusterPlan, system bool
 	}
 	if sr, ok := p.nodes.(systemReader); ok && system && st.Ready && !c.Existing {
 		// An existing cluster's system is its owner's, whatever it runs.
-		probs, err := sr.System(ctx, kc)
+		started, err := p.nodeStarts(ctx, c.KindName)
+		var probs []string
+		if err == nil {
+			probs, err = sr.System(ctx, kc, started)
+		}
 		if err != nil {
 			probs = []string{err.Error()}
 		}
