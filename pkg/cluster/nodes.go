@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshctl/meshctl/pkg/kubeclient"
@@ -103,10 +104,20 @@ func (apiNodeReader) System(ctx context.Context, kubeconfig []byte, started map[
 			deploymentOf[rs.Name] = o.Name
 		}
 	}
+	var out []string
 	ready := map[string]int{} // "DaemonSet/name", "Deployment/name" → ready pods
 	for _, pod := range pods.Items {
 		o := metav1.GetControllerOf(&pod)
-		if o == nil || !podReadySince(pod, started[pod.Spec.NodeName]) {
+		if o == nil {
+			continue
+		}
+		if !podReadySince(pod, started[pod.Spec.NodeName]) {
+			if o.Kind == "Node" {
+				// A static pod of the control plane (its mirror, owned
+				// by the node): etcd, kube-apiserver, the controller
+				// manager, the scheduler.
+				out = append(out, fmt.Sprintf("pod kube-system/%s: not ready", pod.Name))
+			}
 			continue
 		}
 		switch o.Kind {
@@ -118,7 +129,6 @@ func (apiNodeReader) System(ctx context.Context, kubeconfig []byte, started map[
 			}
 		}
 	}
-	var out []string
 	for _, ds := range dss.Items {
 		want := int(ds.Status.DesiredNumberScheduled)
 		if got := ready["DaemonSet/"+ds.Name]; got < want {
@@ -130,6 +140,29 @@ func (apiNodeReader) System(ctx context.Context, kubeconfig []byte, started map[
 		// ones); a Deployment scaled to zero asks for none.
 		if d.Spec.Replicas != nil && *d.Spec.Replicas > 0 && ready["Deployment/"+d.Name] == 0 {
 			out = append(out, fmt.Sprintf("Deployment kube-system/%s: none of %d pods ready", d.Name, *d.Spec.Replicas))
+		}
+	}
+	// After a restart the controller manager and the scheduler run, and are
+	// Ready, but wait for their previous incarnation's leader lease to
+	// expire (15 s) before they act: no pod is scheduled, no namespace
+	// gets its ServiceAccount, until they renew it.
+	var latest time.Time
+	for _, t := range started {
+		if t.After(latest) {
+			latest = t
+		}
+	}
+	if !latest.IsZero() {
+		for _, name := range []string{"kube-controller-manager", "kube-scheduler"} {
+			l, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				out = append(out, fmt.Sprintf("%s has not taken its leader lease yet", name))
+			case err != nil:
+				return nil, fmt.Errorf("reading lease kube-system/%s: %w", name, err)
+			case l.Spec.RenewTime == nil || l.Spec.RenewTime.Time.Before(latest.Truncate(time.Second)):
+				out = append(out, fmt.Sprintf("%s has not renewed its leader lease since the node started", name))
+			}
 		}
 	}
 	slices.Sort(out)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -92,7 +93,9 @@ func TestIntegrationNodeReader(t *testing.T) {
 // kube-apiserver: a DaemonSet short of a ready pod on a node and a
 // Deployment without one are named; a pod the API still shows Ready from
 // before its node's restart (its containers started before the node) does
-// not count, one whose containers started since does.
+// not count, one whose containers started since does; nor does a static
+// control-plane pod, and the controller manager and the scheduler must
+// have renewed their leader leases since.
 func TestIntegrationSystemReader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -165,9 +168,31 @@ func TestIntegrationSystemReader(t *testing.T) {
 	pod("kindnet-b", "node2", owner("DaemonSet", ds.Name, ds.UID), true, before)
 	pod("coredns-a", "node2", owner("ReplicaSet", rs.Name, rs.UID), true, before)
 	pod("coredns-b", "node2", owner("ReplicaSet", rs.Name, rs.UID), false, before)
+	pod("kube-scheduler-node2", "node2", []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "node2", UID: "n2", Controller: &yes}}, true, before)
+	// The scheduler's lease, last renewed by its incarnation before the
+	// restart; the controller manager's not taken at all.
+	lease := func(name string, renewed metav1.Time) {
+		t.Helper()
+		renew := metav1.NewMicroTime(renewed.Time)
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}
+		if old, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			old.Spec.RenewTime = &renew
+			_, err = cs.CoordinationV1().Leases(ns).Update(ctx, old, metav1.UpdateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if _, err := cs.CoordinationV1().Leases(ns).Create(ctx, l, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease("kube-scheduler", before)
 	started := map[string]time.Time{"node2": restart}
 	got, err := apiNodeReader{}.System(ctx, kc, started)
-	want := []string{"DaemonSet kube-system/kindnet: 1 of 2 pods ready", "Deployment kube-system/coredns: none of 2 pods ready"}
+	want := []string{"DaemonSet kube-system/kindnet: 1 of 2 pods ready", "Deployment kube-system/coredns: none of 2 pods ready",
+		"kube-controller-manager has not taken its leader lease yet", "kube-scheduler has not renewed its leader lease since the node started",
+		"pod kube-system/kube-scheduler-node2: not ready"}
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("right after node2's restart: got %q (%v), want %q", got, err, want)
 	}
@@ -177,13 +202,16 @@ func TestIntegrationSystemReader(t *testing.T) {
 	}
 	// The kubelet reports: kindnet runs again, one CoreDNS pod is Ready
 	// (one serves names).
-	for _, name := range []string{"kindnet-b", "coredns-b"} {
+	for _, name := range []string{"kindnet-b", "coredns-b", "kube-scheduler-node2"} {
 		if err := cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	pod("kindnet-b2", "node2", owner("DaemonSet", ds.Name, ds.UID), true, after)
 	pod("coredns-b2", "node2", owner("ReplicaSet", rs.Name, rs.UID), true, after)
+	pod("kube-scheduler-node2", "node2", []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "node2", UID: "n2", Controller: &yes}}, true, after)
+	lease("kube-scheduler", after)
+	lease("kube-controller-manager", after)
 	if got, err := (apiNodeReader{}).System(ctx, kc, started); err != nil || len(got) != 0 {
 		t.Fatalf("after the kubelet's report: %q, %v", got, err)
 	}
