@@ -60,10 +60,12 @@ type RegistryStatus struct {
 type noRoutesKey struct{}
 
 // WithoutRouteCheck marks ctx so that Status does not check the routes to
-// peer clusters on every node (one command per node): for a caller that
-// reads Status for the clusters' nodes alone, such as the connect step's
-// route plan, which re-asserts every route anyway, and the image step's
-// node list. Such a status may say Ready with routes stale.
+// peer clusters on every node (one command per node), nor kube-system's
+// pods (a docker inspect and six API requests per cluster): for a caller
+// that reads Status for the clusters' nodes alone, such as the connect
+// step's route plan, which re-asserts every route anyway, and the image
+// step's node list. Such a status may say Ready with routes stale or
+// CoreDNS not ready.
 func WithoutRouteCheck(ctx context.Context) context.Context {
 	return context.WithValue(ctx, noRoutesKey{}, true)
 }
@@ -207,7 +209,7 @@ func (p *Provider) clusterStatus(ctx context.Context, e Listed) ClusterStatus {
 // apiStatus reads a cluster's nodes from its API server, and a kind
 // cluster's kube-system workloads: the live part of its ClusterStatus.
 func (p *Provider) apiStatus(ctx context.Context, c model.ClusterPlan) ClusterStatus {
-	return p.readAPI(ctx, c, true)
+	return p.readAPI(ctx, c, !skipRouteCheck(ctx))
 }
 
 // readAPI is apiStatus; without system, Ready is about the nodes alone.
