@@ -11,9 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/cluster"
@@ -185,7 +183,7 @@ func TestIntegrationStatusReportsStaleRemoteSecrets(t *testing.T) {
 	} {
 		cfg := testenv.NewWithControllers(t, "serviceaccount-token-controller")
 		clients[c.Name] = kubernetes.NewForConfigOrDie(cfg)
-		p.kubeconfigs[c.Name] = kubeconfigOf(t, c.Name, cfg)
+		p.kubeconfigs[c.Name] = testenv.Kubeconfig(t, c.Name, cfg)
 		c.Network, c.PrimaryClusterName, c.ConfigClusterName, c.ControlPlanes = "network-1", c.Name, c.Name, 1
 		p.clusters = append(p.clusters, c)
 	}
@@ -289,20 +287,6 @@ func runStatus(ctx context.Context, t *testing.T, cfg *Config) *cluster.StatusRe
 		t.Fatal(err)
 	}
 	return res
-}
-
-func kubeconfigOf(t *testing.T, name string, cfg *rest.Config) []byte {
-	t.Helper()
-	c := clientcmdapi.NewConfig()
-	c.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	c.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	c.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
-	c.CurrentContext = name
-	out, err := clientcmd.Write(*c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 func serverIn(t *testing.T, kubeconfig []byte, name string) string {

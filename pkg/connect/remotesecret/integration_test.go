@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshctl/meshctl/internal/testenv"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
@@ -86,24 +85,10 @@ func startClusters(t *testing.T, plans ...model.ClusterPlan) (*envSource, map[st
 		}
 		cfgs[c.Name] = testenv.NewWithControllers(t, "serviceaccount-token-controller")
 		clients[c.Name] = kubernetes.NewForConfigOrDie(cfgs[c.Name])
-		src.kubeconfigs[c.Name] = kubeconfigFor(t, c.Name, cfgs[c.Name])
+		src.kubeconfigs[c.Name] = testenv.Kubeconfig(t, c.Name, cfgs[c.Name])
 		src.clusters = append(src.clusters, c)
 	}
 	return src, clients, cfgs
-}
-
-func kubeconfigFor(t *testing.T, name string, cfg *rest.Config) []byte {
-	t.Helper()
-	c := clientcmdapi.NewConfig()
-	c.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	c.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	c.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
-	c.CurrentContext = name
-	out, err := clientcmd.Write(*c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // TestIntegrationEnsure creates remote secrets between two real API servers,
@@ -254,7 +239,7 @@ func TestIntegrationNoTokenController(t *testing.T) {
 	cfg := testenv.New(t)
 	src := &envSource{
 		clusters:    []model.ClusterPlan{{Name: "lonely", KindName: "it-lonely", PrimaryClusterName: "lonely", ConfigClusterName: "lonely"}},
-		kubeconfigs: map[string][]byte{"lonely": kubeconfigFor(t, "lonely", cfg)},
+		kubeconfigs: map[string][]byte{"lonely": testenv.Kubeconfig(t, "lonely", cfg)},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

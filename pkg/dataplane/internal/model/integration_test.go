@@ -7,26 +7,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshctl/meshctl/internal/testenv"
 )
-
-func kubeconfigFor(t *testing.T, name string, cfg *rest.Config) []byte {
-	t.Helper()
-	c := clientcmdapi.NewConfig()
-	c.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	c.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	c.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
-	c.CurrentContext = name
-	out, err := clientcmd.Write(*c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // TestIntegrationKubeSource runs the standalone source against two real
 // API servers: the service exists in both clusters, its only pod in
@@ -81,7 +64,7 @@ func TestIntegrationKubeSource(t *testing.T) {
 	}
 
 	secret := remoteSecret("cluster2")
-	secret.Data = map[string][]byte{"cluster2": kubeconfigFor(t, "cluster2", cfg2)}
+	secret.Data = map[string][]byte{"cluster2": testenv.Kubeconfig(t, "cluster2", cfg2)}
 	must(c1.CoreV1().Secrets("istio-system").Create(ctx, secret, metav1.CreateOptions{}))
 	eventually(t, "cluster 2's endpoint behind cluster 1's ClusterIP", func() bool {
 		up, r := m.Resolve(addr(vip))
