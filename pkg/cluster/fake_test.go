@@ -434,16 +434,7 @@ func (k *fakeKind) findNode(name string) *fakeNode {
 // node answers docker commands on node containers.
 func (d *fakeDocker) node(args []string) ([]byte, error, bool) {
 	switch {
-	case args[0] == "inspect" && len(args) > 3 && args[2] == "{{.Name}} {{.State.StartedAt}}":
-		var out bytes.Buffer
-		for _, name := range args[3:] {
-			if d.kind.findNode(name) == nil {
-				return out.Bytes(), fmt.Errorf("docker inspect: exit status 1: Error: No such object: %s", name), true
-			}
-			fmt.Fprintf(&out, "/%s %s\n", name, "2026-12-07T15:00:00.123456789Z")
-		}
-		return out.Bytes(), nil, true
-	case args[0] == "inspect" && len(args) > 3 && args[2] == "{{.Name}} {{.State.Running}}":
+	case args[0] == "inspect" && len(args) > 3 && args[2] == "{{.Name}} {{.State.Running}} {{.State.StartedAt}}":
 		var out bytes.Buffer
 		for _, name := range args[3:] {
 			n := d.kind.findNode(name)
@@ -451,7 +442,7 @@ func (d *fakeDocker) node(args []string) ([]byte, error, bool) {
 				return out.Bytes(), fmt.Errorf("docker inspect: exit status 1: Error: No such object: %s", name), true
 			}
 			n.mu.Lock()
-			fmt.Fprintf(&out, "/%s %v\n", name, !n.stopped)
+			fmt.Fprintf(&out, "/%s %v %s\n", name, !n.stopped, "2026-12-07T15:00:00.123456789Z")
 			n.mu.Unlock()
 		}
 		return out.Bytes(), nil, true

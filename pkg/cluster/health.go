@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"sigs.k8s.io/kind/pkg/cluster/nodes"
-
 	"github.com/meshctl/meshctl/internal/parallel"
 	"github.com/meshctl/meshctl/pkg/cluster/internal/kindprovider"
 	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
@@ -67,61 +65,18 @@ func (p *Provider) checkDocker(ctx context.Context) error {
 	return nil
 }
 
-// containersRunning reports, per node container, whether it runs.
-func (p *Provider) containersRunning(ctx context.Context, ns []nodes.Node) (map[string]bool, error) {
-	args := []string{"inspect", "--format", "{{.Name}} {{.State.Running}}"}
-	for _, n := range ns {
-		args = append(args, n.String())
-	}
-	out, err := p.docker.Run(ctx, args...)
-	if err != nil {
-		return nil, fmt.Errorf("inspecting node containers: %w", err)
-	}
-	running := map[string]bool{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 {
-			running[strings.TrimPrefix(f[0], "/")] = f[1] == "true"
-		}
-	}
-	return running, nil
+// nodeContainer is a node container as Docker tells it.
+type nodeContainer struct {
+	name    string
+	running bool
+	// started is when it last started: a kind node's Kubernetes node (its
+	// container's name) reports anew only after that.
+	started time.Time
 }
 
-// nodeStarts is when each node container of a kind cluster last started,
-// by its name (a kind node's Kubernetes node name is its container's).
-func (p *Provider) nodeStarts(ctx context.Context, kindName string) (map[string]time.Time, error) {
-	ns, err := p.kind.ListNodes(kindName)
-	if err != nil {
-		return nil, fmt.Errorf("listing nodes of %s: %w", kindName, err)
-	}
-	started := map[string]time.Time{}
-	if len(ns) == 0 {
-		return started, nil
-	}
-	args := []string{"inspect", "--format", "{{.Name}} {{.State.StartedAt}}"}
-	for _, n := range ns {
-		args = append(args, n.String())
-	}
-	out, err := p.docker.Run(ctx, args...)
-	if err != nil {
-		return nil, fmt.Errorf("inspecting node containers: %w", err)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		name, at, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339Nano, at)
-		if err != nil {
-			return nil, fmt.Errorf("node container %s started at %q: %w", name, at, err)
-		}
-		started[strings.TrimPrefix(name, "/")] = t
-	}
-	return started, nil
-}
-
-// stoppedNodes lists the node containers of a kind cluster that do not run.
-func (p *Provider) stoppedNodes(ctx context.Context, kindName string) ([]string, error) {
+// nodeContainers inspects the node containers of a kind cluster, in
+// kind's order, with one docker command.
+func (p *Provider) nodeContainers(ctx context.Context, kindName string) ([]nodeContainer, error) {
 	ns, err := p.kind.ListNodes(kindName)
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes of %s: %w", kindName, err)
@@ -129,17 +84,66 @@ func (p *Provider) stoppedNodes(ctx context.Context, kindName string) ([]string,
 	if len(ns) == 0 {
 		return nil, nil
 	}
-	running, err := p.containersRunning(ctx, ns)
+	args := []string{"inspect", "--format", "{{.Name}} {{.State.Running}} {{.State.StartedAt}}"}
+	for _, n := range ns {
+		args = append(args, n.String())
+	}
+	out, err := p.docker.Run(ctx, args...)
+	if err != nil {
+		return nil, fmt.Errorf("inspecting node containers: %w", err)
+	}
+	seen := map[string]nodeContainer{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		started, err := time.Parse(time.RFC3339Nano, f[2])
+		if err != nil {
+			return nil, fmt.Errorf("node container %s started at %q: %w", f[0], f[2], err)
+		}
+		name := strings.TrimPrefix(f[0], "/")
+		seen[name] = nodeContainer{name: name, running: f[1] == "true", started: started}
+	}
+	out2 := make([]nodeContainer, 0, len(ns))
+	for _, n := range ns {
+		c, ok := seen[n.String()]
+		if !ok {
+			c = nodeContainer{name: n.String()} // not told: not running
+		}
+		out2 = append(out2, c)
+	}
+	return out2, nil
+}
+
+// stoppedOf names the containers of cs that do not run.
+func stoppedOf(cs []nodeContainer) []string {
+	var stopped []string
+	for _, c := range cs {
+		if !c.running {
+			stopped = append(stopped, c.name)
+		}
+	}
+	return stopped
+}
+
+// startsOf is when each container of cs last started, by name: what
+// readAPI judges a node's kube-system pods against.
+func startsOf(cs []nodeContainer) map[string]time.Time {
+	started := make(map[string]time.Time, len(cs))
+	for _, c := range cs {
+		started[c.name] = c.started
+	}
+	return started
+}
+
+// stoppedNodes lists the node containers of a kind cluster that do not run.
+func (p *Provider) stoppedNodes(ctx context.Context, kindName string) ([]string, error) {
+	cs, err := p.nodeContainers(ctx, kindName)
 	if err != nil {
 		return nil, err
 	}
-	var stopped []string
-	for _, n := range ns {
-		if !running[n.String()] {
-			stopped = append(stopped, n.String())
-		}
-	}
-	return stopped, nil
+	return stoppedOf(cs), nil
 }
 
 // readStoppedRecord reads meshctl's record from a control-plane container
@@ -188,12 +192,12 @@ func (p *Provider) startNodes(ctx context.Context, stopped []string) error {
 }
 
 // waitReady waits until a cluster's API server answers with every node
-// Ready, and with system its kube-system workloads too (apiStatus), up to
-// wait, looking every poll.
-func (p *Provider) waitReady(ctx context.Context, c model.ClusterPlan, wait, poll time.Duration, system bool) error {
+// Ready, and, given when its node containers started, with its kube-system
+// workloads ready too (readAPI), up to wait, looking every poll.
+func (p *Provider) waitReady(ctx context.Context, c model.ClusterPlan, wait, poll time.Duration, started map[string]time.Time) error {
 	deadline := time.Now().Add(wait)
 	for {
-		st := p.readAPI(ctx, c, system)
+		st := p.readAPI(ctx, c, started)
 		if st.Ready {
 			return nil
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/meshctl/meshctl/internal/parallel"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
@@ -176,16 +177,20 @@ func (p *Provider) clusterStatus(ctx context.Context, e Listed) ClusterStatus {
 	case StateIncomplete:
 		return fail(StateIncomplete, fmt.Sprintf("the creation of kind cluster %s never finished (the run was killed): `meshctl up` recreates it, `meshctl down` deletes it", c.KindName))
 	}
+	var started map[string]time.Time // nil: the nodes alone are read
 	if !c.Existing {
-		stopped, err := p.stoppedNodes(ctx, c.KindName)
+		cs, err := p.nodeContainers(ctx, c.KindName)
 		if err != nil {
 			return fail(StateNotReady, err.Error())
 		}
-		if len(stopped) > 0 {
+		if stopped := stoppedOf(cs); len(stopped) > 0 {
 			return fail(StateStopped, fmt.Sprintf("node containers not running: %s (`meshctl up` starts them)", strings.Join(stopped, ", ")))
 		}
+		if !skipRouteCheck(ctx) {
+			started = startsOf(cs)
+		}
 	}
-	st := p.apiStatus(ctx, c.ClusterPlan)
+	st := p.readAPI(ctx, c.ClusterPlan, started)
 	st.ClusterState = c
 	switch {
 	case st.Error != "":
@@ -206,14 +211,11 @@ func (p *Provider) clusterStatus(ctx context.Context, e Listed) ClusterStatus {
 	return st
 }
 
-// apiStatus reads a cluster's nodes from its API server, and a kind
-// cluster's kube-system workloads: the live part of its ClusterStatus.
-func (p *Provider) apiStatus(ctx context.Context, c model.ClusterPlan) ClusterStatus {
-	return p.readAPI(ctx, c, !skipRouteCheck(ctx))
-}
-
-// readAPI is apiStatus; without system, Ready is about the nodes alone.
-func (p *Provider) readAPI(ctx context.Context, c model.ClusterPlan, system bool) ClusterStatus {
+// readAPI reads a cluster's nodes from its API server, the live part of its
+// ClusterStatus; given when a kind cluster's node containers started
+// (startsOf), its kube-system workloads too. With started nil, Ready is
+// about the nodes alone.
+func (p *Provider) readAPI(ctx context.Context, c model.ClusterPlan, started map[string]time.Time) ClusterStatus {
 	st := ClusterStatus{ClusterState: model.ClusterState{ClusterPlan: c}, Nodes: []NodeStatus{}}
 	var kc []byte
 	var err error
@@ -244,13 +246,9 @@ func (p *Provider) readAPI(ctx context.Context, c model.ClusterPlan, system bool
 	for _, n := range ns {
 		st.Ready = st.Ready && n.Ready
 	}
-	if sr, ok := p.nodes.(systemReader); ok && system && st.Ready && !c.Existing {
+	if sr, ok := p.nodes.(systemReader); ok && started != nil && st.Ready && !c.Existing {
 		// An existing cluster's system is its owner's, whatever it runs.
-		started, err := p.nodeStarts(ctx, c.KindName)
-		var probs []string
-		if err == nil {
-			probs, err = sr.System(ctx, kc, started)
-		}
+		probs, err := sr.System(ctx, kc, started)
 		if err != nil {
 			probs = []string{err.Error()}
 		}

@@ -334,17 +334,24 @@ func (p *Provider) classifyOne(ctx context.Context, plan *model.Plan, c model.Cl
 // re-asserts them).
 func (p *Provider) heal(ctx context.Context, c model.ClusterPlan, wait time.Duration) ([]string, error) {
 	var found []string
-	stopped, err := p.stoppedNodes(ctx, c.KindName)
+	cs, err := p.nodeContainers(ctx, c.KindName)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
+	stopped := stoppedOf(cs)
 	if len(stopped) > 0 {
 		found = append(found, "started "+strings.Join(stopped, ", "))
 		if err := p.startNodes(ctx, stopped); err != nil {
 			return found, fmt.Errorf("cluster %q: %w", c.Name, err)
 		}
+		// Their start times are new: the pods to wait for are those the
+		// kubelets report since.
+		if cs, err = p.nodeContainers(ctx, c.KindName); err != nil {
+			return found, fmt.Errorf("cluster %q: %w", c.Name, err)
+		}
 	}
-	if st := p.apiStatus(ctx, c); !st.Ready {
+	started := startsOf(cs)
+	if st := p.readAPI(ctx, c, started); !st.Ready {
 		why := st.Error
 		if why == "" {
 			why = notReadyWhy(st)
@@ -352,7 +359,7 @@ func (p *Provider) heal(ctx context.Context, c model.ClusterPlan, wait time.Dura
 		if len(stopped) == 0 {
 			found = append(found, "was not ready: "+why)
 		}
-		if err := p.waitReady(ctx, c, wait, min(p.poll, createPoll), true); err != nil {
+		if err := p.waitReady(ctx, c, wait, min(p.poll, createPoll), started); err != nil {
 			return found, err
 		}
 	}
@@ -448,7 +455,11 @@ func (p *Provider) WaitSystem(ctx context.Context, plan *model.Plan, res *UpResu
 		}
 	}
 	return parallel.ForEach(cs, func(c model.ClusterPlan) error {
-		if err := p.waitReady(ctx, c, o.wait, min(p.poll, createPoll), true); err != nil {
+		ncs, err := p.nodeContainers(ctx, c.KindName)
+		if err == nil {
+			err = p.waitReady(ctx, c, o.wait, min(p.poll, createPoll), startsOf(ncs))
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
@@ -510,7 +521,7 @@ func (p *Provider) createOne(ctx context.Context, plan *model.Plan, c model.Clus
 		// Its nodes only: its kube-system pods (CoreDNS) turn ready while
 		// the steps after creation run, and WaitSystem waits for them at
 		// the end.
-		if err := p.waitReady(ctx, c, wait, min(p.poll, createPoll), false); err != nil {
+		if err := p.waitReady(ctx, c, wait, min(p.poll, createPoll), nil); err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
