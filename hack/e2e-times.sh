@@ -9,8 +9,24 @@
 # count apart from the one they are in; a container a --focus left out
 # says "not run". The last line is the suite's own
 # run time. README's e2e figures are this script's output.
+#
+#   hack/e2e-times.sh -s REPORT.json: each spec's time instead, in the order
+#   they ran (a container's BeforeAll counts in its first spec).
 set -euo pipefail
-[[ $# == 1 && -f $1 ]] || { echo "usage: hack/e2e-times.sh REPORT.json (ginkgo's --json-report)" >&2; exit 2; }
+specs=0
+if [[ ${1:-} == -s ]]; then specs=1; shift; fi
+[[ $# == 1 && -f $1 ]] || { echo "usage: hack/e2e-times.sh [-s] REPORT.json (ginkgo's --json-report)" >&2; exit 2; }
+if ((specs)); then
+	jq -r '
+	  def secs: capture("^(?<s>[^.Z+]+)(?<f>\\.[0-9]+)?") | (.s + "Z" | fromdateiso8601) + ((.f // "0") | tonumber);
+	  [.[0].SpecReports[] | select(.LeafNodeType == "It")
+	   | {c: ((.ContainerHierarchyTexts // []) | join(" / ")), t: .LeafNodeText, start: (.StartTime | secs), end: (.EndTime | secs), state: .State}
+	   | select(.end > 0)]
+	  | sort_by(.start)
+	  | .[] | "\((.end - .start) * 10 | round / 10 | tostring | (" " * (6 - length)) + .) s  \(.state)  \(.c) :: \(.t)"
+	' "$1"
+	exit
+fi
 jq -r '
   # RFC 3339 with nanoseconds, to seconds since the epoch
   def secs: capture("^(?<s>[^.Z+]+)(?<f>\\.[0-9]+)?") | (.s + "Z" | fromdateiso8601) + ((.f // "0") | tonumber);
