@@ -40,8 +40,10 @@ green() { # wait for a passing check; print seconds since $1
 	since "$t0"
 }
 
+# docker kill, not stop: a kind node's systemd ignores Docker's SIGTERM, so
+# stop kills it anyway after its 10-s grace (see test/e2e/faults_test.go).
 stop_start() {
-	docker stop "$node" >/dev/null
+	docker kill "$node" >/dev/null
 	docker start "$node" >/dev/null
 }
 
@@ -52,7 +54,7 @@ ip_of() { docker inspect --format "{{(index .NetworkSettings.Networks \"$net\").
 move_ip() {
 	local old i
 	old=$(ip_of "$node")
-	docker stop "$node" >/dev/null
+	docker kill "$node" >/dev/null
 	docker network disconnect "$net" "$node"
 	for i in $(seq 0 63); do
 		docker run -d --name "meshctl-placeholder-$i" --network "$net" "$image" sleep 3600 >/dev/null

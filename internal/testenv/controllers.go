@@ -31,6 +31,23 @@ func ControllerManager() (string, error) {
 	return path, nil
 }
 
+// Kubectl returns the kubectl path: TESTENV_KUBECTL if set, else the one
+// beside kube-apiserver (`make e2e-env` builds both).
+func Kubectl() (string, error) {
+	path := os.Getenv("TESTENV_KUBECTL")
+	if path == "" {
+		_, api, err := Binaries()
+		if err != nil {
+			return "", err
+		}
+		path = filepath.Join(filepath.Dir(api), "kubectl")
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%w (no kubectl at %s)", ErrBinariesMissing, path)
+	}
+	return path, nil
+}
+
 // NewWithControllers is New plus a kube-controller-manager that runs only the named
 // controllers, for tests that need some of the cluster's behaviour without a scheduler or
 // kubelet: "serviceaccount-token-controller" fills long-lived service-account token
@@ -60,6 +77,13 @@ func NewWithControllers(t testing.TB, controllers ...string) *rest.Config {
 // the testenv CA into them, as kubeadm configures a cluster's controller manager. Stop
 // stops it first.
 func (e *Env) StartControllers(controllers ...string) error {
+	return e.StartControllersWith(nil, controllers...)
+}
+
+// StartControllersWith is StartControllers with more flags, which take the
+// place of its own (the last of a flag given twice counts): e.g.
+// --leader-elect=true for a test of leader election.
+func (e *Env) StartControllersWith(args []string, controllers ...string) error {
 	bin, err := ControllerManager()
 	if err != nil {
 		return err
@@ -79,16 +103,16 @@ func (e *Env) StartControllers(controllers ...string) error {
 	if err := os.Chmod(kcPath, 0o600); err != nil {
 		return err
 	}
-	if err := e.start("kube-controller-manager", bin,
-		"--kubeconfig="+kcPath,
-		"--controllers="+strings.Join(controllers, ","),
-		"--service-account-private-key-file="+filepath.Join(e.Dir, "pki", "sa.key"),
-		"--root-ca-file="+filepath.Join(e.Dir, "pki", "ca.crt"),
+	if err := e.start("kube-controller-manager", bin, append([]string{
+		"--kubeconfig=" + kcPath,
+		"--controllers=" + strings.Join(controllers, ","),
+		"--service-account-private-key-file=" + filepath.Join(e.Dir, "pki", "sa.key"),
+		"--root-ca-file=" + filepath.Join(e.Dir, "pki", "ca.crt"),
 		"--use-service-account-credentials=false",
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--v=0",
-	); err != nil {
+	}, args...)...); err != nil {
 		return err
 	}
 	// It has no health endpoint without a serving port: give it a moment

@@ -215,6 +215,9 @@ func (c *fakeCmd) SetStdin(r io.Reader) exec.Cmd  { c.stdin = r; return c }
 func (c *fakeCmd) SetStdout(w io.Writer) exec.Cmd { c.stdout = w; return c }
 func (c *fakeCmd) SetStderr(io.Writer) exec.Cmd   { return c }
 
+// bootInstalled is where a fake node keeps the script installBoot ran.
+const bootInstalled = "(boot install script)"
+
 var (
 	writeRE = regexp.MustCompile(`cat > '?([^' ]+?)(?:\.tmp && mv \S+ \S+)?'?$`)
 	readRE  = regexp.MustCompile(`^test -f (\S+) && cat`)
@@ -233,6 +236,13 @@ func (c *fakeCmd) Run() error {
 		in, _ = io.ReadAll(c.stdin)
 	}
 	switch {
+	case len(c.argv) == 2 && c.argv[0] == "sh" && c.argv[1] == "-s":
+		// A script on stdin: the boot unit's install (installBoot), kept
+		// as the node's install script.
+		n.mu.Lock()
+		n.files[bootInstalled] = in
+		n.mu.Unlock()
+		return nil
 	case c.argv[0] == "kubectl":
 		n.cluster.applied = append(n.cluster.applied, string(in))
 		return nil

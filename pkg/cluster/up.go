@@ -506,6 +506,9 @@ func (p *Provider) createOne(ctx context.Context, plan *model.Plan, c model.Clus
 	if err != nil {
 		return fmt.Errorf("cluster %q: listing nodes: %w", c.Name, err)
 	}
+	if err := installBoot(c, ns); err != nil {
+		return err
+	}
 	// Empty pools, not none: a record without them was written by a meshctl
 	// that did not record pools, whose blocks other environments must infer.
 	if err := p.writeRecord(ns, rec); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshctl/meshctl/pkg/cluster/internal/nodeboot"
 	"github.com/meshctl/meshctl/pkg/cluster/internal/records"
 	"github.com/meshctl/meshctl/pkg/cluster/model"
 )
@@ -91,8 +92,13 @@ func TestUpCreatesClustersInParallel(t *testing.T) {
 		if err := json.Unmarshal(raw, &rec); err != nil || rec.Env != "default" || len(model.Diff(rec.Cluster.ClusterPlan, plan.Clusters[i])) != 0 {
 			t.Errorf("%s: record %s (%v)", c.Name, raw, err)
 		}
-		// Every node pulls localhost:5000 from the registry container.
+		// Every node pulls localhost:5000 from the registry container,
+		// and got the boot unit with its pods' and Services' subnets.
+		pair := plan.Clusters[i].PodSubnets[0] + "=" + plan.Clusters[i].ServiceSubnets[0]
 		for _, n := range fc.nodes {
+			if boot, _ := n.file(bootInstalled); !strings.Contains(string(boot), nodeboot.ScriptPath+" rules "+pair+"\n") {
+				t.Errorf("%s: boot unit install %q, want the rules for %s", n.name, boot, pair)
+			}
 			hosts, ok := n.file("/etc/containerd/certs.d/localhost:5000/hosts.toml")
 			if !ok || string(hosts) != "[host.\"http://kind-registry:5000\"]\n" {
 				t.Errorf("%s: hosts.toml %q", n.name, hosts)

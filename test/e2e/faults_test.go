@@ -63,6 +63,14 @@ func faultSpecs(envName string, upArgs func() []string) {
 		Expect(res.Clusters[0].Action).To(Equal(cluster.ActionReused))
 		meshctl("status", "--env", envName, "--check")
 		meshctl("check", "connectivity", "--env", envName)
+		// The node's boot unit ran before its kubelet at this start: its
+		// pods' packets to an unrewritten Service address are refused.
+		out, err := docker("exec", cp2(), "ip", "rule", "show", "pref", "31000")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("unreachable"), "meshctl-boot's rule on the restarted node")
+		if out, err := docker("exec", cp2(), "journalctl", "-u", "meshctl-boot", "--no-pager", "-q", "-o", "cat"); err == nil {
+			GinkgoWriter.Printf("meshctl-boot on %s:\n%s\n", cp2(), out)
+		}
 	})
 
 	// A node container that comes back with another address (what a Docker

@@ -1,0 +1,34 @@
+package cluster
+
+import (
+	"bytes"
+	"fmt"
+
+	"sigs.k8s.io/kind/pkg/cluster/nodes"
+
+	"github.com/meshctl/meshctl/internal/parallel"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/kindprovider"
+	"github.com/meshctl/meshctl/pkg/cluster/internal/nodeboot"
+	"github.com/meshctl/meshctl/pkg/cluster/model"
+)
+
+// installBoot gives every node of a new kind cluster meshctl's boot unit
+// (package nodeboot): after a restart, its pods are refused Service
+// addresses kube-proxy has not rewritten yet, and its control plane takes
+// over the leader leases of the start before at once. All nodes at once,
+// one command each.
+func installBoot(c model.ClusterPlan, ns []nodes.Node) error {
+	pairs, err := nodeboot.Pairs(c.PodSubnets, c.ServiceSubnets)
+	if err != nil {
+		return fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	script := nodeboot.InstallScript(pairs)
+	return parallel.ForEach(ns, func(n nodes.Node) error {
+		cmd := n.Command("sh", "-s")
+		cmd.SetStdin(bytes.NewReader(script))
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("cluster %q: installing %s on node %s: %w", c.Name, nodeboot.UnitName, n, kindprovider.RunErr(err))
+		}
+		return nil
+	})
+}
