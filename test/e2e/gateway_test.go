@@ -251,6 +251,9 @@ var _ = Describe("east-west gateways between networks", Ordered, slow, func() {
 // fakeGateway stands in for the gateway pods the dataplane will deploy: a
 // pod with the labels the east-west gateway Service selects, whose HTTP
 // server on the status port (15021) answers reply, as meshtest's echo does.
+// busybox httpd is the pod's PID 1, which ignores SIGTERM: with the default
+// grace period its deletion (networkSpecs deletes it for the real gateway)
+// took 30 s, which the next spec spent waiting for it to go.
 func fakeGateway(ctx SpecContext, c *meshtest.Cluster, network, reply string) {
 	GinkgoHelper()
 	labels, err := json.Marshal(gateway.GatewaySelector(network))
@@ -261,6 +264,7 @@ metadata:
   name: fake-eastwestgateway
   labels: %s
 spec:
+  terminationGracePeriodSeconds: 1
   containers:
   - name: listen
     image: %s
