@@ -374,7 +374,11 @@ func (p *Provider) uninstallFrom(ctx context.Context, env string, c model.Cluste
 	if err != nil {
 		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)
 	}
-	kg := kubeclient.FromBytes(kc, "", kubeclient.WithTimeout(existing.Timeout))
+	// The command's rate limit: uninstall.Labelled lists every resource
+	// type the API server serves, one request each (≈ 90 on a kind cluster
+	// with the dataplane), which client-go's default 5 QPS past a burst of
+	// 10 spread over 16-18 s.
+	kg := kubeclient.FromBytes(kc, "", kubeclient.WithTimeout(existing.Timeout), kubeclient.WithCommandRateLimit())
 	rc, err := kg.RESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("uninstalling from cluster %q: %w", c.Name, err)

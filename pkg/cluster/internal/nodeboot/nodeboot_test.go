@@ -134,7 +134,10 @@ func TestIntegrationRulesRefuseUnrewrittenServiceAddresses(t *testing.T) {
 		sh(t, "ip", "netns", "add", ns)
 		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 	}
-	in := func(ns string, args ...string) { t.Helper(); sh(t, append([]string{"ip", "netns", "exec", ns}, args...)...) }
+	in := func(ns string, args ...string) {
+		t.Helper()
+		sh(t, append([]string{"ip", "netns", "exec", ns}, args...)...)
+	}
 	link := func(ns, ifname, peerNS, peerIf string) {
 		t.Helper()
 		sh(t, "ip", "link", "add", prefix[:5]+"tmp", "type", "veth", "peer", "name", prefix[:5]+"tmq")
