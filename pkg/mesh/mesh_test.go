@@ -34,6 +34,9 @@ type fakeProvider struct {
 	// nodes in execFail.
 	execs    []string
 	execFail map[string]bool
+	// execHook, when set, answers each Exec after execFail (called outside
+	// the lock: Execs run in parallel).
+	execHook func(node string, stdin []byte, argv []string) error
 	// clusters are Environment's; downs records each Down.
 	clusters []model.ClusterPlan
 	downs    []string
@@ -78,12 +81,16 @@ func (f *fakeProvider) Status(context.Context, string, string) (*cluster.StatusR
 	return f.status, f.statusErr
 }
 
-func (f *fakeProvider) Exec(_ context.Context, kindName, node string, _ []byte, argv ...string) error {
+func (f *fakeProvider) Exec(_ context.Context, kindName, node string, stdin []byte, argv ...string) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.execs = append(f.execs, kindName+"/"+node+": "+strings.Join(argv, " "))
-	if f.execFail[node] {
+	fail, hook := f.execFail[node], f.execHook
+	f.mu.Unlock()
+	if fail {
 		return errors.New("ctr: connection refused")
+	}
+	if hook != nil {
+		return hook(node, stdin, argv)
 	}
 	return nil
 }

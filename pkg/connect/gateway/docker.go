@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/kind/pkg/log"
+
+	"github.com/meshctl/meshctl/pkg/install/image"
 )
 
 // Docker runs the docker CLI: `docker args...` with stdin, returning its
@@ -88,60 +90,61 @@ func (l *dockerLoader) LoadImages(ctx context.Context, kindName string, images .
 		}
 	}
 	var inDocker []string
-	for _, image := range images {
-		if _, err := l.docker.Run(ctx, nil, "image", "inspect", "--format", "{{.Id}}", image); err != nil {
-			l.logger.V(1).Infof("%s: image %s is not in the docker engine; the nodes will pull it", kindName, image)
+	for _, ref := range images {
+		if _, err := l.docker.Run(ctx, nil, "image", "inspect", "--format", "{{.Id}}", ref); err != nil {
+			l.logger.V(1).Infof("%s: image %s is not in the docker engine; the nodes will pull it", kindName, ref)
 			continue
 		}
-		inDocker = append(inDocker, image)
+		inDocker = append(inDocker, ref)
 	}
-	// One archive of every image a node lacks and one import per node: the
-	// images share layers (MetalLB's controller and speaker do), which one
-	// `docker save` writes once, and each import costs a `docker exec`.
-	archives := map[string]string{} // images, joined -> archive holding them
-	var dir string                  // the archives', made on first need
-	defer func() {
-		if dir != "" {
-			os.RemoveAll(dir)
-		}
-	}()
+	var want []image.NodeImages
 	for _, node := range nodes {
 		var missing []string
-		for _, image := range inDocker {
-			if !have[node][normalizeImage(image)] {
-				missing = append(missing, image)
+		for _, ref := range inDocker {
+			if !have[node][normalizeImage(ref)] {
+				missing = append(missing, ref)
 			}
 		}
-		if len(missing) == 0 {
-			continue
-		}
-		key := strings.Join(missing, " ")
-		archive, ok := archives[key]
-		if !ok {
-			if dir == "" {
-				var err error
-				if dir, err = os.MkdirTemp("", "meshctl-image-"); err != nil {
-					return err
-				}
-			}
-			archive = filepath.Join(dir, fmt.Sprintf("images-%d.tar", len(archives)))
-			if _, err := l.docker.Run(ctx, nil, append([]string{"save", "-o", archive}, missing...)...); err != nil {
-				return err
-			}
-			archives[key] = archive
-		}
-		l.logger.V(1).Infof("%s: loading %s into node %s", kindName, strings.Join(missing, ", "), node)
-		f, err := os.Open(archive)
-		if err != nil {
-			return err
-		}
-		_, err = l.docker.Run(ctx, f, "exec", "-i", node, "ctr", "--namespace=k8s.io", "images", "import", "--all-platforms", "--digests", "-")
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("loading %s into node %s: %w", strings.Join(missing, ", "), node, err)
+		if len(missing) > 0 {
+			l.logger.V(1).Infof("%s: loading %s into node %s", kindName, strings.Join(missing, ", "), node)
+			want = append(want, image.NodeImages{Node: image.Node{Cluster: kindName, Name: node}, Refs: missing})
 		}
 	}
-	return nil
+	if len(want) == 0 {
+		return nil
+	}
+	// One archive of every image a node lacks and one import per node, the
+	// nodes in parallel, as Istio's images are loaded: the images share
+	// layers (MetalLB's controller and speaker do), which one `docker save`
+	// writes once, and each import costs a `docker exec`.
+	dir, err := os.MkdirTemp("", "meshctl-image-")
+	if err != nil {
+		return fmt.Errorf("saving %s: %w", strings.Join(inDocker, ", "), err)
+	}
+	defer os.RemoveAll(dir)
+	saved := 0
+	save := func(ctx context.Context, refs []string) (string, error) {
+		archive := filepath.Join(dir, fmt.Sprintf("images-%d.tar", saved))
+		saved++
+		if _, err := l.docker.Run(ctx, nil, append([]string{"save", "-o", archive}, refs...)...); err != nil {
+			return "", err // docker's error names the images
+		}
+		return archive, nil
+	}
+	return image.LoadArchives(ctx, nodeExec{l.docker}, save, want...)
+}
+
+// nodeExec runs commands in kind nodes with `docker exec`, for
+// image.LoadArchives.
+type nodeExec struct{ docker Docker }
+
+func (e nodeExec) Exec(ctx context.Context, _, node string, stdin []byte, argv ...string) error {
+	args, in := []string{"exec", node}, io.Reader(nil)
+	if stdin != nil {
+		args, in = []string{"exec", "-i", node}, bytes.NewReader(stdin)
+	}
+	_, err := e.docker.Run(ctx, in, append(args, argv...)...)
+	return err
 }
 
 // normalizeImage spells a docker image reference as containerd stores it:

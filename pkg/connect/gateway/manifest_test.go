@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -191,19 +194,32 @@ func TestNormalizeImage(t *testing.T) {
 	}
 }
 
-// scriptedDocker answers docker commands from a table and records them.
+// scriptedDocker answers docker commands from a table and records them;
+// imports may run concurrently.
 type scriptedDocker struct {
 	answers map[string]string // argv prefix → stdout; a missing prefix fails
+	mu      sync.Mutex
 	calls   []string
-	loaded  []string
+	loaded  []string // node:archive of each command with stdin
+	// imports, when set, is waited on by each command with stdin after
+	// marking it Done: every node's import must run at the same time.
+	imports *sync.WaitGroup
 }
 
 func (d *scriptedDocker) Run(_ context.Context, stdin io.Reader, args ...string) ([]byte, error) {
 	cmd := strings.Join(args, " ")
+	d.mu.Lock()
 	d.calls = append(d.calls, cmd)
 	if stdin != nil {
 		b, _ := io.ReadAll(stdin)
 		d.loaded = append(d.loaded, args[2]+":"+string(b))
+	}
+	d.mu.Unlock()
+	if stdin != nil && d.imports != nil {
+		d.imports.Done()
+		if !waitTimeout(d.imports, 10*time.Second) {
+			return nil, errors.New("the other nodes' imports did not start alongside this one")
+		}
 	}
 	if args[0] == "save" {
 		return nil, os.WriteFile(args[2], []byte("tar of "+strings.Join(args[3:], " and ")), 0o600)
@@ -225,19 +241,27 @@ func TestDockerLoaderLoadsOnlyWhatNodesLack(t *testing.T) {
 		"exec gw-c1-worker ctr --namespace=k8s.io images list -q":        "",
 		"exec -i ": "",
 	}}
+	d.imports = &sync.WaitGroup{}
+	d.imports.Add(2)
 	l := &dockerLoader{docker: d, logger: New(nil).logger}
 	err := l.LoadImages(context.Background(), "gw-c1", DefaultControllerImage, DefaultSpeakerImage, UpstreamSpeakerImage)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// One import per node of what it lacks; the upstream image is not in
-	// docker: left to the nodes.
+	// One import per node of what it lacks, the nodes at the same time
+	// (d.imports); the upstream image is not in docker: left to the nodes.
 	want := []string{
 		"gw-c1-control-plane:tar of " + DefaultSpeakerImage,
 		"gw-c1-worker:tar of " + DefaultControllerImage + " and " + DefaultSpeakerImage,
 	}
+	slices.Sort(d.loaded)
 	if !slices.Equal(d.loaded, want) {
 		t.Errorf("loaded %q, want %q", d.loaded, want)
+	}
+	for _, c := range d.calls {
+		if strings.HasPrefix(c, "exec -i ") && !strings.Contains(c, "ctr --namespace=k8s.io images import --all-platforms --digests") {
+			t.Errorf("import %q is not a ctr import into k8s.io", c)
+		}
 	}
 	saves := 0
 	for _, c := range d.calls {
@@ -260,11 +284,24 @@ func TestDockerLoaderLoadsOnlyWhatNodesLack(t *testing.T) {
 		t.Fatal(err)
 	}
 	both := "tar of " + DefaultControllerImage + " and " + DefaultSpeakerImage
+	slices.Sort(same.loaded)
 	if want := []string{"gw-c2-control-plane:" + both, "gw-c2-worker:" + both}; !slices.Equal(same.loaded, want) {
 		t.Errorf("loaded %q, want %q", same.loaded, want)
 	}
 	if n := len(slices.DeleteFunc(slices.Clone(same.calls), func(c string) bool { return !strings.HasPrefix(c, "save ") })); n != 1 {
 		t.Errorf("%d docker saves for two nodes lacking the same images, want 1: %q", n, same.calls)
+	}
+
+	// A failed import names the images and the node.
+	failing := &scriptedDocker{answers: map[string]string{
+		"ps ": "gw-c3-control-plane\n",
+		"image inspect --format {{.Id}} meshctl/": "sha256:1",
+		"exec gw-c3-": "",
+	}}
+	err = (&dockerLoader{docker: failing, logger: New(nil).logger}).LoadImages(context.Background(), "gw-c3", DefaultControllerImage, DefaultSpeakerImage)
+	if err == nil || !strings.Contains(err.Error(), "loading "+DefaultControllerImage+", "+DefaultSpeakerImage+" into node gw-c3-control-plane") ||
+		!errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("err = %v, want one naming the images and the node, wrapping docker's", err)
 	}
 
 	empty := &scriptedDocker{answers: map[string]string{"ps ": ""}}
@@ -287,5 +324,17 @@ func TestDockerSubnets(t *testing.T) {
 	bad := &scriptedDocker{answers: map[string]string{"network": `[{"Subnet":"bogus"}]`}}
 	if _, err := dockerSubnets(context.Background(), bad, "kind"); err == nil || !strings.Contains(err.Error(), `subnet "bogus"`) {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// waitTimeout waits for wg, at most d; false: it timed out.
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
 	}
 }

@@ -341,11 +341,77 @@ func (i *Image) Load(ctx context.Context, exec Executor, nodes ...Node) error {
 	if err != nil {
 		return err
 	}
-	return parallel.ForEach(nodes, func(node Node) error {
-		if err := exec.Exec(ctx, node.Cluster, node.Name, archive, "sh", "-c", importScript); err != nil {
-			return fmt.Errorf("loading %s into node %s of cluster %s: %w", i.Ref(), node.Name, node.Cluster, err)
+	return parallel.ForEach(nodes, func(node Node) error { return importArchive(ctx, exec, node, archive, i.Ref()) })
+}
+
+// importArchive imports a docker-archive into a node's containerd; the
+// error names what (the images the archive holds), the node and its cluster.
+func importArchive(ctx context.Context, exec Executor, node Node, archive []byte, what string) error {
+	if err := exec.Exec(ctx, node.Cluster, node.Name, archive, "sh", "-c", importScript); err != nil {
+		return fmt.Errorf("loading %s into node %s of cluster %s: %w", what, node.Name, node.Cluster, err)
+	}
+	return nil
+}
+
+// NodeImages is a node and the images it is to receive, by the names a
+// docker-archive holds them under (as `docker save` was given them).
+type NodeImages struct {
+	Node Node
+	Refs []string
+}
+
+// Saver writes a docker-archive holding every one of refs, as one `docker
+// save refs...` does, and returns its path; its error names the images.
+type Saver func(ctx context.Context, refs []string) (path string, err error)
+
+// LoadArchives side-loads several images at once: each node of want gets
+// its images in one import, all nodes in parallel, from one docker-archive
+// per distinct set of images, which save writes (one set at a time, before
+// any import) once for all the nodes wanting that set. Calling Load image
+// after image costs a `docker save` and an import per image and node, one
+// image after the other; here layers the images share (Istio's pilot and
+// install-cni, MetalLB's controller and speaker) are written and sent
+// once, and a node costs one `docker exec` whatever the number of images.
+// The archives go to the nodes as save wrote them (see Image.archive); nodes
+// wanting nothing are left alone. Every node's failure is returned, each
+// naming the images, the node and its cluster.
+func LoadArchives(ctx context.Context, exec Executor, save Saver, want ...NodeImages) error {
+	type set struct {
+		refs    []string
+		archive []byte
+	}
+	sets := map[string]*set{}
+	type job struct {
+		node Node
+		set  *set
+	}
+	var jobs []job
+	var order []*set // save in the order of want: the same docker commands on every run
+	for _, w := range want {
+		if len(w.Refs) == 0 {
+			continue
 		}
-		return nil
+		key := strings.Join(w.Refs, "\n")
+		s := sets[key]
+		if s == nil {
+			s = &set{refs: w.Refs}
+			sets[key] = s
+			order = append(order, s)
+		}
+		jobs = append(jobs, job{node: w.Node, set: s})
+	}
+	for _, s := range order {
+		path, err := save(ctx, s.refs)
+		if err != nil {
+			return err
+		}
+		// shared, read-only: one copy whatever the node count
+		if s.archive, err = os.ReadFile(path); err != nil {
+			return fmt.Errorf("reading the archive of %s: %w", strings.Join(s.refs, ", "), err)
+		}
+	}
+	return parallel.ForEach(jobs, func(j job) error {
+		return importArchive(ctx, exec, j.node, j.set.archive, strings.Join(j.set.refs, ", "))
 	})
 }
 
@@ -533,15 +599,26 @@ func checkStatic(path string) (string, error) {
 }
 
 // FromArchive reads an image meshctl did not build — Istio's, saved from
-// the host's Docker — from a docker-archive (`docker save`'s format) holding
-// that one image, and names it ref, so Missing, Load and Remove side-load it
-// as they do the dataplane image.
+// the host's Docker — from a docker-archive (`docker save`'s format), and
+// names it ref, so Missing, Load and Remove side-load it as they do the
+// dataplane image. An archive of one image is read whatever its tag; one of
+// several (`docker save a b`, see LoadArchives) must hold ref among them.
 func FromArchive(path, ref string) (*Image, error) {
 	tag, err := name.NewTag(ref, name.WithDefaultRegistry(""))
 	if err != nil {
 		return nil, fmt.Errorf("image %s: bad name: %w", ref, err)
 	}
-	img, err := tarball.ImageFromPath(path, nil)
+	var which *name.Tag // nil: the archive's only image
+	if m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(path) }); err == nil && len(m) > 1 {
+		// tarball matches the archive's tags as name.NewTag resolves them
+		// (Docker Hub's default registry), not as tag does.
+		t, err := name.NewTag(ref)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: bad name: %w", ref, err)
+		}
+		which = &t
+	}
+	img, err := tarball.ImageFromPath(path, which)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: reading %s: %w", ref, path, err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -687,6 +688,147 @@ func TestFromArchive(t *testing.T) {
 	}
 	if _, err := FromArchive(filepath.Join(t.TempDir(), "absent.tar"), "meshctl/pilot:x"); err == nil || !strings.Contains(err.Error(), "meshctl/pilot:x") {
 		t.Errorf("absent archive: %v", err)
+	}
+}
+
+// TestFromArchiveOfSeveral: from an archive of several images (one
+// `docker save a b`), FromArchive reads the one tagged ref, and refuses a
+// ref the archive does not hold, naming it.
+func TestFromArchiveOfSeveral(t *testing.T) {
+	t.Parallel()
+	refs := []string{"meshctl/pilot:v1", "meshctl/install-cni:v1"}
+	path, ids := savedImages(t, refs...)
+	for k, ref := range refs {
+		img, err := FromArchive(path, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, _ := img.ID(); id != ids[k] {
+			t.Errorf("%s: ID %s, want %s", ref, id, ids[k])
+		}
+		if img.Ref() != ref || img.ContainerdRef() != "docker.io/"+ref {
+			t.Errorf("%s: Ref %s ContainerdRef %s", ref, img.Ref(), img.ContainerdRef())
+		}
+	}
+	if _, err := FromArchive(path, "meshctl/ztunnel:v1"); err == nil || !strings.Contains(err.Error(), "meshctl/ztunnel:v1") {
+		t.Errorf("a ref the archive lacks: %v", err)
+	}
+}
+
+// savedImages writes a docker-archive of one small random image per ref,
+// as `docker save refs...` does, and returns it with the images' IDs.
+func savedImages(t *testing.T, refs ...string) (string, []string) {
+	t.Helper()
+	m := map[name.Reference]v1.Image{}
+	var ids []string
+	for _, ref := range refs {
+		img, err := random.Image(256, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := img.ConfigName()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id.String())
+		tag, err := name.NewTag(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[tag] = img
+	}
+	path := filepath.Join(t.TempDir(), "saved.tar")
+	if err := tarball.MultiRefWriteToFile(path, m); err != nil {
+		t.Fatal(err)
+	}
+	return path, ids
+}
+
+// importRecorder records each node's imports; with started set, each
+// import marks it Done and waits for the others, failing unless every
+// node's import runs at the same time.
+type importRecorder struct {
+	mu      sync.Mutex
+	imports map[string][]string // cluster/node → stdin of each exec
+	argv    [][]string
+	fail    map[string]bool
+	started *sync.WaitGroup
+}
+
+func (r *importRecorder) Exec(_ context.Context, kindName, node string, stdin []byte, argv ...string) error {
+	r.mu.Lock()
+	r.imports[kindName+"/"+node] = append(r.imports[kindName+"/"+node], string(stdin))
+	r.argv = append(r.argv, argv)
+	r.mu.Unlock()
+	if r.started != nil {
+		r.started.Done()
+		done := make(chan struct{})
+		go func() { r.started.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			return errors.New("the other nodes' imports did not start alongside this one")
+		}
+	}
+	if r.fail[node] {
+		return errors.New("ctr: boom")
+	}
+	return nil
+}
+
+// TestLoadArchives: each node gets its images in one import, from one
+// archive per distinct set of images, saved once for every node wanting
+// that set, all nodes at the same time; a node wanting nothing is left
+// alone; a failed import names the images, the node and its cluster, and
+// the other nodes are loaded all the same; a failed save loads nothing.
+func TestLoadArchives(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var saves []string
+	save := func(_ context.Context, refs []string) (string, error) {
+		saves = append(saves, strings.Join(refs, " "))
+		path := filepath.Join(dir, fmt.Sprintf("%d.tar", len(saves)))
+		return path, os.WriteFile(path, []byte("archive of "+strings.Join(refs, " and ")), 0o600)
+	}
+	cp1, w1 := Node{Cluster: "c1", Name: "c1-control-plane"}, Node{Cluster: "c1", Name: "c1-worker"}
+	cp2, w2 := Node{Cluster: "c2", Name: "c2-control-plane"}, Node{Cluster: "c2", Name: "c2-worker"}
+	r := &importRecorder{imports: map[string][]string{}, fail: map[string]bool{"c2-worker": true}, started: &sync.WaitGroup{}}
+	r.started.Add(3)
+	err := LoadArchives(context.Background(), r, save,
+		NodeImages{Node: cp1, Refs: []string{"a", "b"}}, NodeImages{Node: w1, Refs: []string{"b"}},
+		NodeImages{Node: cp2}, NodeImages{Node: w2, Refs: []string{"a", "b"}})
+	if err == nil || !strings.Contains(err.Error(), "loading a, b into node c2-worker of cluster c2: ctr: boom") ||
+		strings.Contains(err.Error(), "c1-") || strings.Contains(err.Error(), "the other nodes") {
+		t.Errorf("LoadArchives error %v, want c2-worker's failure alone, named", err)
+	}
+	if want := []string{"a b", "b"}; !slices.Equal(saves, want) {
+		t.Errorf("saved %q, want one archive per set of images: %q", saves, want)
+	}
+	want := map[string][]string{
+		"c1/c1-control-plane": {"archive of a and b"},
+		"c1/c1-worker":        {"archive of b"},
+		"c2/c2-worker":        {"archive of a and b"},
+	}
+	if !maps.EqualFunc(r.imports, want, slices.Equal) {
+		t.Errorf("imports %q, want one per node wanting images: %q", r.imports, want)
+	}
+	for _, argv := range r.argv {
+		if got := strings.Join(argv, " "); !strings.Contains(got, "ctr --namespace=k8s.io images import") || !strings.HasSuffix(got, " -") {
+			t.Errorf("argv %q", got)
+		}
+	}
+
+	saves = nil
+	r = &importRecorder{imports: map[string][]string{}}
+	failing := func(context.Context, []string) (string, error) {
+		return "", errors.New("saving a from docker: no space left")
+	}
+	err = LoadArchives(context.Background(), r, failing, NodeImages{Node: cp1, Refs: []string{"a"}})
+	if err == nil || !strings.Contains(err.Error(), "saving a from docker") || len(r.imports) != 0 {
+		t.Errorf("failed save: err %v, imports %q", err, r.imports)
+	}
+	if err := LoadArchives(context.Background(), r, save, NodeImages{Node: cp1}); err != nil || len(saves) != 0 || len(r.imports) != 0 {
+		t.Errorf("nothing wanted: err %v, saves %q, imports %q", err, saves, r.imports)
 	}
 }
 

@@ -11,7 +11,8 @@
 // (istio-system), as Istio's Helm guide names them. Each cluster gets the
 // values `meshctl values render` gives it, plus the images (Images.Apply):
 // by default the offline build of hack/e2e/istio-build, meshctl/pilot:<Version>,
-// which the caller side-loads into kind nodes (SaveFromDocker, image.FromArchive).
+// which the caller side-loads into kind nodes (SaveFromDocker, image.FromArchive,
+// image.LoadArchives).
 //
 // In ambient mode (WithAmbient) istio-cni and ztunnel follow istiod
 // (AmbientReleases): Istio's istio-cni enrolls the pods and serves ZDS, and

@@ -107,19 +107,28 @@ func ExecDocker(ctx context.Context, args ...string) error {
 	return nil
 }
 
-// SaveFromDocker writes ref from the host's Docker to a docker-archive in
-// dir, as `kind load docker-image` does; found is false (and err nil) when
-// Docker has no such image.
-func SaveFromDocker(ctx context.Context, docker Docker, ref, dir string) (path string, found bool, err error) {
-	if docker(ctx, "image", "inspect", "--format", "{{.Id}}", ref) != nil {
-		return "", false, nil
+// SaveFromDocker writes those of refs the host's Docker has to one
+// docker-archive in dir, with one `docker save` as `kind load docker-image`
+// does with several images: layers they share are written once, and the
+// archive goes to each node in one import (image.LoadArchives). found are
+// those refs, in the order of refs; when Docker has none of them, path is
+// "" and err nil, and nothing is saved.
+func SaveFromDocker(ctx context.Context, docker Docker, dir string, refs ...string) (path string, found []string, err error) {
+	for _, ref := range refs {
+		if docker(ctx, "image", "inspect", "--format", "{{.Id}}", ref) == nil {
+			found = append(found, ref)
+		}
 	}
+	if len(found) == 0 {
+		return "", nil, nil
+	}
+	what := strings.Join(found, ", ")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", true, err
+		return "", found, fmt.Errorf("saving %s from docker: %w", what, err)
 	}
-	path = filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar")
-	if err := docker(ctx, "save", "-o", path, ref); err != nil {
-		return "", true, fmt.Errorf("saving %s from docker: %w", ref, err)
+	path = filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(strings.Join(found, "+"))+".tar")
+	if err := docker(ctx, append([]string{"save", "-o", path}, found...)...); err != nil {
+		return "", found, fmt.Errorf("saving %s from docker: %w", what, err)
 	}
-	return path, true, nil
+	return path, found, nil
 }

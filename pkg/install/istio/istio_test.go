@@ -2,10 +2,12 @@ package istio
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,6 +111,9 @@ func TestPilotImage(t *testing.T) {
 	}
 }
 
+// TestSaveFromDocker: the images the host's Docker has go into one
+// archive, by one `docker save`; those it lacks are left out, and with none
+// of them nothing is saved.
 func TestSaveFromDocker(t *testing.T) {
 	t.Parallel()
 	var calls []string
@@ -120,15 +125,36 @@ func TestSaveFromDocker(t *testing.T) {
 		return nil
 	}
 	dir := t.TempDir()
-	if _, found, err := SaveFromDocker(context.Background(), docker, "absent/pilot:1", dir); found || err != nil {
-		t.Errorf("absent image: found %v, err %v", found, err)
+	if path, found, err := SaveFromDocker(context.Background(), docker, dir, "absent/pilot:1"); path != "" || found != nil || err != nil {
+		t.Errorf("absent image: %q %v %v", path, found, err)
 	}
-	path, found, err := SaveFromDocker(context.Background(), docker, "meshctl/pilot:v1", dir)
-	if !found || err != nil || path != filepath.Join(dir, "meshctl_pilot_v1.tar") {
-		t.Errorf("present image: %s %v %v", path, found, err)
+	if n := len(calls); n != 1 {
+		t.Errorf("absent image: %d docker calls, want the inspect alone: %q", n, calls)
 	}
-	if got := calls[len(calls)-1]; got != "save -o "+path+" meshctl/pilot:v1" {
-		t.Errorf("last docker call %q", got)
+	calls = nil
+	path, found, err := SaveFromDocker(context.Background(), docker, dir, "meshctl/pilot:v1", "absent/pilot:1", "meshctl/install-cni:v1")
+	if want := []string{"meshctl/pilot:v1", "meshctl/install-cni:v1"}; !slices.Equal(found, want) || err != nil ||
+		path != filepath.Join(dir, "meshctl_pilot_v1+meshctl_install-cni_v1.tar") {
+		t.Errorf("present images: %s %v %v", path, found, err)
+	}
+	var saves []string
+	for _, c := range calls {
+		if strings.HasPrefix(c, "save ") {
+			saves = append(saves, c)
+		}
+	}
+	if want := []string{"save -o " + path + " meshctl/pilot:v1 meshctl/install-cni:v1"}; !slices.Equal(saves, want) {
+		t.Errorf("docker saves %q, want %q", saves, want)
+	}
+	failing := func(_ context.Context, args ...string) error {
+		if args[0] == "save" {
+			return errors.New("no space left on device")
+		}
+		return nil
+	}
+	if _, _, err := SaveFromDocker(context.Background(), failing, dir, "meshctl/pilot:v1", "meshctl/install-cni:v1"); err == nil ||
+		!strings.Contains(err.Error(), "saving meshctl/pilot:v1, meshctl/install-cni:v1 from docker: no space left") {
+		t.Errorf("failed save: %v", err)
 	}
 }
 
