@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"sigs.k8s.io/kind/pkg/log"
 
@@ -66,6 +67,56 @@ func dockerSubnets(ctx context.Context, d Docker, network string) ([]netip.Prefi
 type dockerLoader struct {
 	docker Docker
 	logger log.Logger
+
+	// The archives saved so far, by the images they hold: Install loads
+	// MetalLB's images into every cluster of an environment at the same
+	// moment, and one `docker save` (≈ 110 MB written, CPU the clusters'
+	// creation is short of) serves them all. Removed by release when
+	// Install ends.
+	mu       sync.Mutex
+	dir      string
+	archives map[string]*archive
+}
+
+// archive is one `docker save`, made once for every caller that needs it.
+type archive struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// save returns an archive of refs, saving it on first need.
+func (l *dockerLoader) save(ctx context.Context, refs []string) (string, error) {
+	l.mu.Lock()
+	if l.dir == "" {
+		dir, err := os.MkdirTemp("", "meshctl-image-")
+		if err != nil {
+			l.mu.Unlock()
+			return "", fmt.Errorf("saving %s: %w", strings.Join(refs, ", "), err)
+		}
+		l.dir, l.archives = dir, map[string]*archive{}
+	}
+	key := strings.Join(refs, " ")
+	a, ok := l.archives[key]
+	if !ok {
+		a = &archive{path: filepath.Join(l.dir, fmt.Sprintf("images-%d.tar", len(l.archives)))}
+		l.archives[key] = a
+	}
+	l.mu.Unlock()
+	a.once.Do(func() {
+		_, a.err = l.docker.Run(ctx, nil, append([]string{"save", "-o", a.path}, refs...)...) // docker's error names the images
+	})
+	return a.path, a.err
+}
+
+// release removes the archives saved so far.
+func (l *dockerLoader) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dir != "" {
+		os.RemoveAll(l.dir)
+	}
+	l.dir, l.archives = "", nil
 }
 
 func (l *dockerLoader) LoadImages(ctx context.Context, kindName string, images ...string) error {
@@ -116,22 +167,9 @@ func (l *dockerLoader) LoadImages(ctx context.Context, kindName string, images .
 	// One archive of every image a node lacks and one import per node, the
 	// nodes in parallel, as Istio's images are loaded: the images share
 	// layers (MetalLB's controller and speaker do), which one `docker save`
-	// writes once, and each import costs a `docker exec`.
-	dir, err := os.MkdirTemp("", "meshctl-image-")
-	if err != nil {
-		return fmt.Errorf("saving %s: %w", strings.Join(inDocker, ", "), err)
-	}
-	defer os.RemoveAll(dir)
-	saved := 0
-	save := func(ctx context.Context, refs []string) (string, error) {
-		archive := filepath.Join(dir, fmt.Sprintf("images-%d.tar", saved))
-		saved++
-		if _, err := l.docker.Run(ctx, nil, append([]string{"save", "-o", archive}, refs...)...); err != nil {
-			return "", err // docker's error names the images
-		}
-		return archive, nil
-	}
-	return image.LoadArchives(ctx, nodeExec{l.docker}, save, want...)
+	// writes once, and each import costs a `docker exec`. The archive is
+	// shared with the other clusters' loads (save).
+	return image.LoadArchives(ctx, nodeExec{l.docker}, l.save, want...)
 }
 
 // nodeExec runs commands in kind nodes with `docker exec`, for

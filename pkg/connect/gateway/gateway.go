@@ -204,6 +204,9 @@ func (i *Installer) Install(ctx context.Context, env string) (*Result, error) {
 	if len(plans) == 0 {
 		return nil, fmt.Errorf("environment %q has no clusters (create it with `meshctl up`)", env)
 	}
+	if r, ok := i.loader.(interface{ release() }); ok {
+		defer r.release() // the image archives its clusters shared
+	}
 	res := &Result{Env: env, Clusters: []ClusterResult{}, MultiNetwork: multiNetwork(plans)}
 	primaries := PrimariesOfRemotes(plans)
 	if !res.MultiNetwork {

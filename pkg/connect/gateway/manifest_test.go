@@ -244,6 +244,7 @@ func TestDockerLoaderLoadsOnlyWhatNodesLack(t *testing.T) {
 	d.imports = &sync.WaitGroup{}
 	d.imports.Add(2)
 	l := &dockerLoader{docker: d, logger: New(nil).logger}
+	defer l.release()
 	err := l.LoadImages(context.Background(), "gw-c1", DefaultControllerImage, DefaultSpeakerImage, UpstreamSpeakerImage)
 	if err != nil {
 		t.Fatal(err)
@@ -280,7 +281,7 @@ func TestDockerLoaderLoadsOnlyWhatNodesLack(t *testing.T) {
 		"exec gw-c2-": "",
 		"exec -i ":    "",
 	}}
-	if err := (&dockerLoader{docker: same, logger: New(nil).logger}).LoadImages(context.Background(), "gw-c2", DefaultControllerImage, DefaultSpeakerImage); err != nil {
+	if err := loadOnce(same, "gw-c2", DefaultControllerImage, DefaultSpeakerImage); err != nil {
 		t.Fatal(err)
 	}
 	both := "tar of " + DefaultControllerImage + " and " + DefaultSpeakerImage
@@ -292,20 +293,52 @@ func TestDockerLoaderLoadsOnlyWhatNodesLack(t *testing.T) {
 		t.Errorf("%d docker saves for two nodes lacking the same images, want 1: %q", n, same.calls)
 	}
 
+	// The clusters of an environment, loaded at once by one Install, share
+	// one archive; release removes it.
+	shared := &scriptedDocker{answers: map[string]string{
+		"ps --filter label=io.x-k8s.kind.cluster=gw-c4": "gw-c4-control-plane\n",
+		"ps --filter label=io.x-k8s.kind.cluster=gw-c5": "gw-c5-control-plane\n",
+		"image inspect --format {{.Id}} meshctl/":       "sha256:1",
+		"exec gw-c": "",
+		"exec -i ":  "",
+	}}
+	sl := &dockerLoader{docker: shared, logger: New(nil).logger}
+	var wg sync.WaitGroup
+	for _, c := range []string{"gw-c4", "gw-c5"} {
+		wg.Go(func() {
+			if err := sl.LoadImages(context.Background(), c, DefaultControllerImage, DefaultSpeakerImage); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(shared.loaded)
+	if want := []string{"gw-c4-control-plane:" + both, "gw-c5-control-plane:" + both}; !slices.Equal(shared.loaded, want) {
+		t.Errorf("loaded %q, want %q", shared.loaded, want)
+	}
+	if n := len(slices.DeleteFunc(slices.Clone(shared.calls), func(c string) bool { return !strings.HasPrefix(c, "save ") })); n != 1 {
+		t.Errorf("%d docker saves for two clusters lacking the same images, want 1: %q", n, shared.calls)
+	}
+	dir := sl.dir
+	sl.release()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("release left %s: %v", dir, err)
+	}
+
 	// A failed import names the images and the node.
 	failing := &scriptedDocker{answers: map[string]string{
 		"ps ": "gw-c3-control-plane\n",
 		"image inspect --format {{.Id}} meshctl/": "sha256:1",
 		"exec gw-c3-": "",
 	}}
-	err = (&dockerLoader{docker: failing, logger: New(nil).logger}).LoadImages(context.Background(), "gw-c3", DefaultControllerImage, DefaultSpeakerImage)
+	err = loadOnce(failing, "gw-c3", DefaultControllerImage, DefaultSpeakerImage)
 	if err == nil || !strings.Contains(err.Error(), "loading "+DefaultControllerImage+", "+DefaultSpeakerImage+" into node gw-c3-control-plane") ||
 		!errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("err = %v, want one naming the images and the node, wrapping docker's", err)
 	}
 
 	empty := &scriptedDocker{answers: map[string]string{"ps ": ""}}
-	err = (&dockerLoader{docker: empty, logger: New(nil).logger}).LoadImages(context.Background(), "gone", "x")
+	err = loadOnce(empty, "gone", "x")
 	if err == nil || !strings.Contains(err.Error(), "kind cluster gone has no running node") {
 		t.Errorf("err = %v, want a clear error naming the cluster", err)
 	}
@@ -337,4 +370,11 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 	case <-time.After(d):
 		return false
 	}
+}
+
+// loadOnce loads images with a loader of its own, released after.
+func loadOnce(d Docker, kindName string, images ...string) error {
+	l := &dockerLoader{docker: d, logger: New(nil).logger}
+	defer l.release()
+	return l.LoadImages(context.Background(), kindName, images...)
 }
