@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/netip"
@@ -22,6 +23,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -96,6 +98,13 @@ func servingPKI(t *testing.T) (tls.Certificate, []byte) {
 func startIstiod(t *testing.T, serving tls.Certificate) (*fakeIstiod, string) {
 	t.Helper()
 	f := &fakeIstiod{streams: make(chan *fakeStream, 4)}
+	return f, f.serve(t, serving, "127.0.0.1:0")
+}
+
+// serve serves f on address until t ends and returns the address it
+// listens on.
+func (f *fakeIstiod) serve(t *testing.T, serving tls.Certificate, address string) string {
+	t.Helper()
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serving}})), grpc.ForceServerCodec(rawgrpc.Codec{}))
 	srv.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "envoy.service.discovery.v3.AggregatedDiscoveryService",
@@ -115,13 +124,13 @@ func startIstiod(t *testing.T, serving tls.Certificate) (*fakeIstiod, string) {
 			},
 		}},
 	}, struct{}{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := net.Listen("tcp", address)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	return f, lis.Addr().String()
+	return lis.Addr().String()
 }
 
 func (f *fakeIstiod) next(t *testing.T) *fakeStream {
@@ -263,6 +272,120 @@ func TestClientRefusesAnUnverifiedIstiod(t *testing.T) {
 	}
 }
 
+// TestClientReconnectsOnceIstiodIsBack: while istiod is away opening the
+// stream fails and the wait before the next attempt grows (here to an
+// hour); istiod coming back on the same address (a new pod behind the
+// Service) ends that wait as soon as the channel reconnects.
+func TestClientReconnectsOnceIstiodIsBack(t *testing.T) {
+	serving, root := servingPKI(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	address := lis.Addr().String()
+	_ = lis.Close() // istiod is away: connections are refused
+	retries := make(chan time.Duration, 16)
+	c, err := NewClient(Config{Address: address, ServerName: istiodName,
+		Roots: func() ([]byte, error) { return root, nil }, Token: func() (string, error) { return "tok", nil },
+		Types: []string{AddressType}, InitialBackoff: time.Hour, MaxBackoff: time.Hour,
+		Log: slog.New(retryLog(retries))}, handlerFunc(func(string, []Resource, []string) []Reject { return nil }), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	select {
+	case wait := <-retries:
+		if wait != time.Hour {
+			t.Fatalf("retry in %v after a failure to connect, want the hour the backoff grew to", wait)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first attempt did not fail")
+	}
+	istiod := &fakeIstiod{streams: make(chan *fakeStream, 4)}
+	istiod.serve(t, serving, address)
+	s := istiod.next(t) // within 30 s, not an hour
+	if r := s.recv(); r.TypeURL != AddressType {
+		t.Fatalf("initial request %+v", r)
+	}
+	if st := c.Stats(); st.Connects != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if n := len(retries); n != 0 {
+		t.Fatalf("%d more failed attempts before the stream opened", n)
+	}
+}
+
+// TestClientBacksOffWithAReadyChannel: a channel that is Ready does not
+// cut the wait short, so a stream that cannot be opened although istiod
+// is there (here: the token cannot be read) is retried with backoff, not
+// in a loop.
+func TestClientBacksOffWithAReadyChannel(t *testing.T) {
+	serving, root := servingPKI(t)
+	istiod, address := startIstiod(t, serving)
+	var tokens atomic.Int32
+	c, err := NewClient(Config{Address: address, ServerName: istiodName,
+		Roots: func() ([]byte, error) { return root, nil },
+		Token: func() (string, error) {
+			if tokens.Add(1) == 1 {
+				return "tok", nil
+			}
+			return "", errors.New("token file gone")
+		},
+		Types: []string{AddressType}, InitialBackoff: 5 * time.Millisecond, MaxBackoff: time.Hour},
+		handlerFunc(func(string, []Resource, []string) []Reject { return nil }), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	s := istiod.next(t)
+	s.recv()
+	if st := c.conn.GetState(); st != connectivity.Ready {
+		t.Fatalf("channel %v with a stream open", st)
+	}
+	s.end(nil) // reopened at once, then the token fails: 10, 20, 40... ms apart
+	time.Sleep(time.Second)
+	// Backoff allows some 8 attempts in a second (the wait doubles from
+	// 10 ms); a loop would make thousands.
+	if n := tokens.Load(); n < 3 || n > 20 {
+		t.Fatalf("%d attempts in a second", n)
+	}
+	if st := c.conn.GetState(); st != connectivity.Ready {
+		t.Fatalf("channel %v, want it Ready throughout", st)
+	}
+}
+
+// retryLog sends the wait of every reconnect the client logs (as long as
+// waits has room).
+func retryLog(waits chan<- time.Duration) slog.Handler { return retryHandler{waits} }
+
+type retryHandler struct{ waits chan<- time.Duration }
+
+func (retryHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h retryHandler) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "retry" {
+			select {
+			case h.waits <- a.Value.Duration():
+			default:
+			}
+		}
+		return true
+	})
+	return nil
+}
+func (h retryHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h retryHandler) WithGroup(string) slog.Handler      { return h }
+
 func TestBackoff(t *testing.T) {
 	c := &Client{cfg: Config{InitialBackoff: 10 * time.Millisecond, MaxBackoff: 15 * time.Second}}
 	for _, tc := range []struct {
@@ -270,8 +393,8 @@ func TestBackoff(t *testing.T) {
 		wait time.Duration
 		want time.Duration
 	}{
-		{&connError{errors.New("refused")}, time.Second, 2 * time.Second},
-		{&connError{errors.New("refused")}, 10 * time.Second, 15 * time.Second},
+		{&connError{err: errors.New("refused")}, time.Second, 2 * time.Second},
+		{&connError{err: errors.New("refused")}, 10 * time.Second, 15 * time.Second},
 		{nil, 8 * time.Second, 10 * time.Millisecond},
 		{io.EOF, 8 * time.Second, 10 * time.Millisecond},
 		{status.Error(codes.Unavailable, "transport is closing"), 8 * time.Second, 10 * time.Millisecond},

@@ -25,8 +25,12 @@
 // reopened at once. The model is synced once each type's first response was
 // ACKed.
 //
-// Differences from ztunnel: no on-demand mode, and a policy port above
-// 65535 is refused (NACK) where ztunnel truncates it to 16 bits. Workloads
+// Differences from ztunnel: no on-demand mode; the wait after a failure to
+// connect also ends when the gRPC channel (its own reconnect backoff capped
+// at 4 s) turns Ready, so a restarted istiod is found within one channel
+// attempt rather than after a backoff that grew while it was away; and a
+// policy port above 65535 is refused (NACK) where ztunnel truncates it to
+// 16 bits. Workloads
 // behind another network's gateway are kept but, as with the standalone
 // source, not routed yet.
 //
