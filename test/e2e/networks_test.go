@@ -69,18 +69,34 @@ func networkSpecs(envName string, meshFn func() *meshtest.Env) {
 
 	It("runs the east-west gateway Ready behind istio-eastwestgateway in each cluster, with a load-balancer address on 15008", func(ctx SpecContext) {
 		mesh.ForEachCluster(func(g Gomega, c *meshtest.Cluster) {
+			// What it waited for, if it waited (install already waits for
+			// the gateway's pods; the spec took 18 s in a full run, not
+			// reproduced alone).
+			start, polls, stage, waited := time.Now(), 0, "", map[string]int{}
+			defer func() {
+				if polls > 1 {
+					GinkgoWriter.Printf("%s: gateway checks passed after %d polls, %s; polls that failed, by check: %v\n",
+						c.Name, polls, time.Since(start).Round(100*time.Millisecond), waited)
+				}
+			}()
 			g.Eventually(func(g Gomega) {
+				if polls++; polls > 1 {
+					waited[stage]++ // the check the last poll failed at
+				}
+				stage = "deployment"
 				dep, err := c.Kube.AppsV1().Deployments(gateway.GatewayNamespace).Get(ctx, gateway.GatewayName, metav1.GetOptions{})
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(dep.Status.ReadyReplicas).To(BeNumerically(">=", 1))
+				stage = "service"
 				svc, err := c.Kube.CoreV1().Services(gateway.GatewayNamespace).Get(ctx, gateway.GatewayName, metav1.GetOptions{})
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(svc.Status.LoadBalancer.Ingress).NotTo(BeEmpty())
 				g.Expect(svc.Spec.Ports).To(ContainElement(HaveField("Port", BeEquivalentTo(gateway.PortHBONE))))
+				stage = "pods"
 				pods, err := c.Kube.CoreV1().Pods(gateway.GatewayNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=istio-eastwestgateway"})
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(pods.Items).NotTo(BeEmpty())
-				g.Expect(pods.Items[0].Spec.ServiceAccountName).To(Equal("istio-eastwestgateway"))
+				g.Expect(pods.Items[0].Spec.ServiceAccountName).To(Equal("istio-eastwestgateway"), "pod %s", pods.Items[0].Name)
 			}).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "cluster %s", c.Name)
 		})
 	})
