@@ -17,33 +17,26 @@ import (
 // ControllerManager returns the kube-controller-manager path: TESTENV_KUBE_CONTROLLER_MANAGER
 // if set, else the one beside kube-apiserver (`make e2e-env` builds both).
 func ControllerManager() (string, error) {
-	path := os.Getenv("TESTENV_KUBE_CONTROLLER_MANAGER")
-	if path == "" {
-		_, api, err := Binaries()
-		if err != nil {
-			return "", err
-		}
-		path = filepath.Join(filepath.Dir(api), "kube-controller-manager")
-	}
-	if st, err := os.Stat(path); err != nil || st.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("%w (no kube-controller-manager at %s)", ErrBinariesMissing, path)
-	}
-	return path, nil
+	return besideAPIServer("TESTENV_KUBE_CONTROLLER_MANAGER", "kube-controller-manager")
 }
 
 // Kubectl returns the kubectl path: TESTENV_KUBECTL if set, else the one
 // beside kube-apiserver (`make e2e-env` builds both).
-func Kubectl() (string, error) {
-	path := os.Getenv("TESTENV_KUBECTL")
+func Kubectl() (string, error) { return besideAPIServer("TESTENV_KUBECTL", "kubectl") }
+
+// besideAPIServer is the path in $envVar, else binary name beside
+// kube-apiserver, if it is an executable.
+func besideAPIServer(envVar, name string) (string, error) {
+	path := os.Getenv(envVar)
 	if path == "" {
 		_, api, err := Binaries()
 		if err != nil {
 			return "", err
 		}
-		path = filepath.Join(filepath.Dir(api), "kubectl")
+		path = filepath.Join(filepath.Dir(api), name)
 	}
 	if st, err := os.Stat(path); err != nil || st.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("%w (no kubectl at %s)", ErrBinariesMissing, path)
+		return "", fmt.Errorf("%w (no %s at %s)", ErrBinariesMissing, name, path)
 	}
 	return path, nil
 }

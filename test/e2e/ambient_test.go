@@ -276,13 +276,7 @@ spec:
 			// A few lines past the new istiods' start: the connection crossed
 			// the restart. That it outlives the proxies' resync from them is
 			// checked after the resync below, not by waiting here.
-			atRestart := pings
-			Eventually(func(g Gomega) {
-				var closed int
-				pings, closed = longLog(ctx, g, c2, ns)
-				g.Expect(closed).To(BeZero(), "the long connection closed across istiod's restart")
-				g.Expect(pings).To(BeNumerically(">=", atRestart+3), "the long connection stopped carrying lines after istiod's restart")
-			}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+			moreLines(ctx, c2, ns, pings, "istiod's restart")
 
 			// Resync: a workload made after the restart is known only from the
 			// new istiods.
@@ -297,12 +291,7 @@ spec:
 			// the new istiods told them of): the long connection still
 			// carries lines, and never closed.
 			atResync, _ := longLog(ctx, Default, c2, ns)
-			Eventually(func(g Gomega) {
-				var closed int
-				pings, closed = longLog(ctx, g, c2, ns)
-				g.Expect(closed).To(BeZero(), "the long connection closed after the proxies' resync")
-				g.Expect(pings).To(BeNumerically(">=", atResync+3), "the long connection stopped carrying lines after the proxies' resync")
-			}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+			moreLines(ctx, c2, ns, atResync, "the proxies' resync")
 		})
 
 		It("uninstall removes ztunnel, istio-cni, istiod and istio-base", func() {
@@ -459,6 +448,17 @@ func longLog(ctx context.Context, g Gomega, c *meshtest.Cluster, ns string) (pin
 		}
 	}
 	return pings, closed
+}
+
+// moreLines waits until the long connection has carried 3 lines past
+// since (a count of longLog's) and never closed: it outlived what.
+func moreLines(ctx context.Context, c *meshtest.Cluster, ns string, since int, what string) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		pings, closed := longLog(ctx, g, c, ns)
+		g.Expect(closed).To(BeZero(), "the long connection closed across %s", what)
+		g.Expect(pings).To(BeNumerically(">=", since+3), "the long connection stopped carrying lines after %s", what)
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 }
 
 // restartIstiod deletes every istiod pod in each of cs and waits until every istiod
