@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"fmt"
+	"strings"
 
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
 
@@ -23,7 +24,16 @@ func installBoot(c model.ClusterPlan, ns []nodes.Node) error {
 		return fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
 	script := nodeboot.InstallScript(pairs)
-	return parallel.ForEach(ns, func(n nodes.Node) error {
+	// Kubernetes nodes only: kind's load balancer in front of several
+	// control planes (by kind's name for it: no docker inspect for a
+	// role label) is a haproxy container, with no kubelet or systemd.
+	var kube []nodes.Node
+	for _, n := range ns {
+		if !strings.HasSuffix(n.String(), "-external-load-balancer") {
+			kube = append(kube, n)
+		}
+	}
+	return parallel.ForEach(kube, func(n nodes.Node) error {
 		cmd := n.Command("sh", "-s")
 		cmd.SetStdin(bytes.NewReader(script))
 		if err := cmd.Run(); err != nil {
