@@ -27,6 +27,8 @@ func installBoot(c model.ClusterPlan, ns []nodes.Node) error {
 	// Kubernetes nodes only: kind's load balancer in front of several
 	// control planes (by kind's name for it: no docker inspect for a
 	// role label) is a haproxy container, with no kubelet or systemd.
+	// Plans have one control plane today; ClusterPlan.ControlPlanes and
+	// InternalAPIServer already allow more.
 	var kube []nodes.Node
 	for _, n := range ns {
 		if !strings.HasSuffix(n.String(), "-external-load-balancer") {
