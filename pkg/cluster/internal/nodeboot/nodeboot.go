@@ -10,6 +10,7 @@ import (
 	_ "embed"
 	"fmt"
 	"net/netip"
+	"path"
 	"strings"
 )
 
@@ -75,14 +76,12 @@ WantedBy=multi-user.target
 // creation the control plane's leases are this start's own.
 func InstallScript(pairs []string) []byte {
 	var b strings.Builder
-	b.WriteString("set -e\nmkdir -p " + dir(ScriptPath) + "\n")
+	b.WriteString("set -e\nmkdir -p " + path.Dir(ScriptPath) + "\n")
 	for _, f := range []struct{ path, content string }{{ScriptPath, script}, {unitPath, Unit(pairs)}} {
 		fmt.Fprintf(&b, "cat > %[1]s.tmp <<'MESHCTL_EOF'\n%[2]sMESHCTL_EOF\nmv %[1]s.tmp %[1]s\n", f.path, f.content)
 	}
 	b.WriteString("chmod 0755 " + ScriptPath + "\n")
-	b.WriteString("mkdir -p " + dir(wantsLink) + "\nln -sf " + unitPath + " " + wantsLink + "\n")
+	b.WriteString("mkdir -p " + path.Dir(wantsLink) + "\nln -sf " + unitPath + " " + wantsLink + "\n")
 	b.WriteString("/bin/sh " + ScriptPath + " rules " + strings.Join(pairs, " ") + "\n")
 	return []byte(b.String())
 }
-
-func dir(p string) string { return p[:strings.LastIndex(p, "/")] }

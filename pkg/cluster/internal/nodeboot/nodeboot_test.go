@@ -222,12 +222,12 @@ func TestIntegrationRulesRefuseUnrewrittenServiceAddresses(t *testing.T) {
 		}
 	}
 
-	script := filepath.Join(t.TempDir(), "boot.sh")
-	if err := os.WriteFile(script, []byte(bootScript()), 0o755); err != nil {
+	bootFile := filepath.Join(t.TempDir(), "boot.sh")
+	if err := os.WriteFile(bootFile, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
-		in(node, append([]string{"sh", script, "rules"}, pairs...)...)
+		in(node, append([]string{"sh", bootFile, "rules"}, pairs...)...)
 	}
 	for _, fam := range []string{"-4", "-6"} {
 		out, err := exec.Command("ip", "netns", "exec", node, "ip", fam, "rule", "show", "pref", "31000").CombinedOutput()
@@ -251,8 +251,6 @@ func TestIntegrationRulesRefuseUnrewrittenServiceAddresses(t *testing.T) {
 		}
 	}
 }
-
-func bootScript() string { return script }
 
 // TestIntegrationLeasesReleasedToANewControllerManager runs boot.sh leases
 // against a real kube-apiserver with a real kube-controller-manager
@@ -302,13 +300,13 @@ func TestIntegrationLeasesReleasedToANewControllerManager(t *testing.T) {
 	if err := os.WriteFile(kc, testenv.Kubeconfig(t, "testenv", env.Config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	script := filepath.Join(t.TempDir(), "boot.sh")
-	if err := os.WriteFile(script, []byte(bootScript()), 0o755); err != nil {
+	bootFile := filepath.Join(t.TempDir(), "boot.sh")
+	if err := os.WriteFile(bootFile, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	run := func(host string, boot time.Time) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, "sh", script, "leases")
+		cmd := exec.CommandContext(ctx, "sh", bootFile, "leases")
 		cmd.Env = append(os.Environ(), "MESHCTL_KUBECONFIG="+kc, "MESHCTL_HOSTNAME="+host,
 			"MESHCTL_BOOT="+strconv.FormatInt(boot.Unix(), 10),
 			"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
