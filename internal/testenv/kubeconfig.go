@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"testing"
 
 	"k8s.io/client-go/rest"
@@ -23,4 +24,20 @@ func Kubeconfig(t testing.TB, name string, cfg *rest.Config) []byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// WithServer is kubeconfig kc with the server of its cluster entry named
+// cluster replaced: a test's stand-in for a cluster whose API server
+// moved (a node's new address).
+func WithServer(kc []byte, cluster, server string) ([]byte, error) {
+	cfg, err := clientcmd.Load(kc)
+	if err != nil {
+		return nil, err
+	}
+	c, ok := cfg.Clusters[cluster]
+	if !ok {
+		return nil, fmt.Errorf("kubeconfig has no cluster %q", cluster)
+	}
+	c.Server = server
+	return clientcmd.Write(*cfg)
 }

@@ -144,12 +144,7 @@ func (p *apiProvider) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, 
 	}
 	kc := p.kubeconfigs[c.Name]
 	if server := p.moved[c.Name]; internal && server != "" {
-		cfg, err := clientcmd.Load(kc)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Clusters[c.Name].Server = server
-		return clientcmd.Write(*cfg)
+		return testenv.WithServer(kc, c.Name, server)
 	}
 	return kc, nil
 }

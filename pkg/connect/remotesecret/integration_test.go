@@ -47,12 +47,7 @@ func (s *envSource) ClusterKubeconfig(_ context.Context, c model.ClusterPlan, in
 		return nil, fmt.Errorf("no cluster %q", c.Name)
 	}
 	if server := s.moved[c.Name]; internal && server != "" {
-		cfg, err := clientcmd.Load(kc)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Clusters[c.Name].Server = server
-		return clientcmd.Write(*cfg)
+		return testenv.WithServer(kc, c.Name, server)
 	}
 	return kc, nil
 }

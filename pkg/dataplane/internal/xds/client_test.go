@@ -293,10 +293,7 @@ func TestClientReconnectsOnceIstiodIsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer run(c)()
 
 	select {
 	case wait := <-retries:
@@ -342,10 +339,7 @@ func TestClientBacksOffWithAReadyChannel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer run(c)()
 
 	s := istiod.next(t)
 	s.recv()
@@ -418,4 +412,12 @@ func waitFor(t *testing.T, what string, f func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// run runs c until the returned stop is called, which waits for Run to end.
+func run(c *Client) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	return func() { cancel(); <-done }
 }
